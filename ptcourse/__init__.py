@@ -1,0 +1,3 @@
+"""ptcourse: the helper package behind every lab of the course."""
+
+__version__ = "0.1.0"
