@@ -47,13 +47,11 @@ class Target:
 CPU_VM = "2-core AMD EPYC VM (AVX2, no AVX-512/AMX), 1 thread, other core loaded"
 SAPPHIRE = "2-core Intel Sapphire Rapids VM (AMX)"
 
-TARGETS: tuple[Target, ...] = ()
+# One block per lab, filled from that lab's measurements.
+LAB00: tuple[Target, ...] = ()
+LAB01: tuple[Target, ...] = ()
 
-
-def register(*targets: Target) -> None:
-    """Add rows to the table (used by this module only; kept as a function for tests)."""
-    global TARGETS
-    TARGETS = TARGETS + targets
+TARGETS: tuple[Target, ...] = LAB00 + LAB01
 
 
 def target(lab: str, check: str, track: str) -> Target:
