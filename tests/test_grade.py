@@ -8,9 +8,7 @@ import torch
 from ptcourse import grade, targets
 from ptcourse.targets import Target
 
-ROW = Target(
-    "00", "unit_speedup", "cpu", "speedup", 1.5, 1.15, "2.0x", "1.0x", "test", "today"
-)
+ROW = Target("00", "unit_speedup", "cpu", "speedup", 1.5, 1.15, "2.0x", "1.0x", "test", "today")
 X = torch.randn(192, 192)
 
 
