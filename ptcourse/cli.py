@@ -69,7 +69,8 @@ def _grade(args: argparse.Namespace) -> int:
     scores = course.autograde(submissions, args.labs, timeout_s=args.timeout)
     print(course.score_table(scores))
     csv_path = course.write_grades_csv(scores, course.BUILD / "grades" / "grades.csv")
-    print(f"grades: {csv_path}")
+    course.write_grades_json(scores, csv_path.with_suffix(".json"))
+    print(f"grades: {csv_path} (per-cell points in grades.json)")
     print(f"feedback: {course.BUILD / 'nbgrader' / 'feedback'}")
     return 0
 

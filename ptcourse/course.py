@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ptcourse import grade, hardware
@@ -193,6 +193,13 @@ def write_grades_csv(scores: list[Score], path: Path) -> Path:
         writer.writerow(["student", "lab", "status", "autograded", "autograded_max", "written_max"])
         for s in scores:
             writer.writerow([s.student, s.lab, s.status, s.auto_score, s.auto_max, s.written_max])
+    return path
+
+
+def write_grades_json(scores: list[Score], path: Path) -> Path:
+    """Every score with its per-cell points, for scripts and the tests."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([asdict(s) for s in scores], indent=2))
     return path
 
 

@@ -1,7 +1,10 @@
 import subprocess
 import sys
+import time
 
 import pytest
+
+STARTED = time.time()
 
 
 @pytest.fixture
@@ -13,3 +16,21 @@ def busy_core():
     finally:
         hog.kill()
         hog.wait()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print per-lab run times of the notebook tier, from the report card it wrote."""
+    import json
+
+    from ptcourse import course
+
+    path = course.BUILD / "report" / "report.json"
+    if not path.exists() or path.stat().st_mtime < STARTED:
+        return
+    terminalreporter.section("per-lab smoke run times")
+    for run in json.loads(path.read_text())["labs"]:
+        met = sum(r["points"] >= r["max_points"] for r in run["results"])
+        terminalreporter.write_line(
+            f"{run['lab']:<24} {run['seconds']:6.1f} s  track {run['track']:<10} "
+            f"{met}/{len(run['results'])} targets met"
+        )

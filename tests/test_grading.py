@@ -1,0 +1,84 @@
+"""Autograding through `ptcourse grade`: the solution scores full marks, an untouched lab 0,
+a baseline-equivalent submission 0 on every speed check, and a looping exercise costs only its
+own points — without stopping the grading of anyone else."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from submissions import VARIANTS
+
+from ptcourse import course
+
+LABS = course.course_labs()
+pytestmark = pytest.mark.grading
+
+
+def variant(lab, replacements):
+    nb = json.loads(course.notebook(lab).read_text())
+    for cell in nb["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if grade_id in replacements:
+            cell["source"] = replacements[grade_id]
+    return nb
+
+
+@pytest.fixture(scope="module")
+def grades(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("submissions")
+    for lab in LABS:
+        course.copy_submission(course.notebook(lab), folder, "reference", lab)
+        course.copy_submission(course.notebook(lab, "labs"), folder, "blank", lab)
+        for student, replacements in VARIANTS.get(lab.name, {}).get("students", {}).items():
+            path = folder / student / lab.name / f"{lab.name}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(variant(lab, replacements)))
+    done = subprocess.run(
+        [sys.executable, "-m", "ptcourse.cli", "grade", str(folder), "--timeout", "900"],
+        cwd=course.ROOT,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "PTCOURSE_SMOKE": "1", "PTCOURSE_CELL_TIMEOUT": "60"},
+        timeout=3000,
+    )
+    print(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert (course.BUILD / "grades" / "grades.csv").exists()
+    scores = json.loads((course.BUILD / "grades" / "grades.json").read_text())
+    return {(s["student"], s["lab"]): s for s in scores}
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_solution_scores_full_autograded_marks(lab, grades):
+    score = grades[("reference", lab.name)]
+    assert score["status"] == "graded", score["detail"]
+    assert score["auto_score"] == score["auto_max"] > 0, score["cells"]
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_untouched_lab_scores_zero_without_crashing(lab, grades):
+    score = grades[("blank", lab.name)]
+    assert score["status"] == "graded", score["detail"]
+    assert score["auto_score"] == 0, score["cells"]
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_baseline_copy_scores_zero_on_every_speed_check(lab, grades):
+    spec = VARIANTS[lab.name]
+    score = grades[("baseline", lab.name)]
+    assert score["status"] == "graded", score["detail"]
+    for cell in spec["speed_checks"]:
+        assert score["cells"][cell] == 0, (cell, score["cells"])
+
+
+@pytest.mark.parametrize(
+    "lab", [x for x in LABS if "looper" in VARIANTS[x.name]["students"]], ids=lambda x: x.name
+)
+def test_looping_exercise_loses_only_its_own_points(lab, grades):
+    spec = VARIANTS[lab.name]
+    looper, reference = grades[("looper", lab.name)], grades[("reference", lab.name)]
+    assert looper["status"] == "graded", looper["detail"]
+    for cell, points in reference["cells"].items():
+        expected = 0 if cell in spec["loop_checks"] else points
+        assert looper["cells"][cell] == expected, (cell, looper["cells"])
