@@ -22,10 +22,15 @@ import numpy as np
 import psutil
 import torch
 from scipy import stats
-from torch.utils import benchmark
 from torch.utils.flop_counter import FlopCounterMode
 
+from ptcourse.quiet import captured_stderr
 from ptcourse.smoke import pick
+
+# torch.utils.benchmark imports cpp_extension, which logs a CUDA_HOME warning to stderr on
+# machines without CUDA; a graded cell that first imports this module must stay silent.
+with captured_stderr():
+    from torch.utils import benchmark
 
 
 def _fmt_time(seconds: float) -> str:

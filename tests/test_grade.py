@@ -92,3 +92,15 @@ def test_secret_seed_respects_environment(monkeypatch):
 
 def test_track_without_own_row_uses_cpu_twin(unit_target):
     assert targets.target("00", "unit_speedup", "cuda") is ROW
+
+
+def test_importing_and_reloading_graders_is_silent():
+    """A hidden test cell's first lines must not write to stderr (nbgrader would score 0)."""
+    import subprocess
+
+    code = (
+        "import ptcourse.grade as g; g = g.fresh(); "
+        "g.measure.time_callable(lambda: None, min_run_time=0.05)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
