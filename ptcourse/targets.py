@@ -51,7 +51,43 @@ SAPPHIRE = "2-core Intel Sapphire Rapids VM (AMX)"
 LAB00: tuple[Target, ...] = ()
 LAB01: tuple[Target, ...] = ()
 
-TARGETS: tuple[Target, ...] = LAB00 + LAB01
+AMP_FACTS = "FACTS.md, 2-core Intel Sapphire Rapids VM (AMX) — NOT re-measured for lab 03"
+AMP_SEED = "the seed's report (GPU unknown) — NOT measured on any course machine"
+LAB03: tuple[Target, ...] = (
+    # Speed: only on "cpu" (AMX/avx512_bf16) and "cuda"; cpu-basic grades *_autocast instead.
+    Target("03", "text_step", "cpu", "speedup", 1.5, 1.15,
+           "FACTS.md: bf16 autocast small-encoder training step 2.2–2.3x",
+           "fp32 step vs itself ≈ 1.0x", AMP_FACTS, "2026-12-02"),
+    Target("03", "image_step", "cpu", "speedup", 1.5, 1.15,
+           "FACTS.md: bf16 autocast ResNet-18 b32 224 px train step 2.4–2.5x (graded: 128 px b16)",
+           "fp32 step vs itself ≈ 1.0x", AMP_FACTS, "2026-12-02"),
+    Target("03", "text_step", "cuda", "speedup", 1.3, 1.15,
+           "seed: fp16 autocast + GradScaler 2.1x on an NLP classifier",
+           "fp32 step vs itself ≈ 1.0x", AMP_SEED, "2026-12-02"),
+    Target("03", "image_step", "cuda", "speedup", 1.3, 1.15,
+           "seed: 2.1x on an NLP classifier (no image measurement)",
+           "fp32 step vs itself ≈ 1.0x", AMP_SEED, "2026-12-02"),
+    # Used on cpu-basic only, where the speed cells grade that autocast is in effect instead
+    # (share of bf16 layer outputs); the rows sit on "cpu" as every check's fallback row does.
+    Target("03", "text_autocast", "cpu", "score", 1.0, 0.0,
+           "1.0 (all Linear outputs bf16) in 12 smoke + 10 full seeds",
+           "0.0 (all fp32) in 22 of 22", CPU_VM + " (cpu-basic track)", "2026-12-02"),
+    Target("03", "image_autocast", "cpu", "score", 1.0, 0.0,
+           "1.0 (all Conv/Linear outputs bf16) in 12 smoke + 10 full seeds",
+           "0.0 (all fp32) in 22 of 22", CPU_VM + " (cpu-basic track)", "2026-12-02"),
+    # Correctness and accuracy: hardware-independent, the "cpu" rows serve every track.
+    Target("03", "amp_step", "cpu", "score", 1.0, 0.5,
+           "1.0 in 12 smoke + 10 full seeds; gradient error ≤ 0.012 (tolerance 0.05)",
+           "0.0 in 22 of 22 (no bf16 activations)", CPU_VM + " (cpu-basic track)", "2026-12-02"),
+    Target("03", "scaler", "cpu", "score", 1.0, 0.5,
+           "1.0 in 12 smoke + 10 full seeds (fp16 on CPU)",
+           "0.0 in 22 of 22 (fp32, scaler unused)", CPU_VM + " (cpu-basic track)", "2026-12-02"),
+    Target("03", "accuracy", "cpu", "accuracy_drop", 0.02, 0.10,
+           "drop −0.0025…+0.0013 in 10 smoke seeds (40 steps), −0.0002…+0.0004 in 12 full (120)",
+           "0.0 (fp32 against itself)", CPU_VM + " (cpu-basic track)", "2026-12-02"),
+)  # fmt: skip
+
+TARGETS: tuple[Target, ...] = LAB00 + LAB01 + LAB03
 
 
 def target(lab: str, check: str, track: str) -> Target:
