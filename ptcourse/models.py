@@ -12,7 +12,6 @@ from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import Tensor, nn
 
 ATTENTION_KINDS = ("naive", "sdpa")
@@ -20,6 +19,8 @@ ATTENTION_KINDS = ("naive", "sdpa")
 
 def image_classifier(num_classes: int = 4, width: str = "resnet18") -> nn.Module:
     """A torchvision ResNet (``resnet18``, ``resnet34`` or ``resnet50``), randomly initialised."""
+    import torchvision  # here, not at the top: it costs seconds that text-only labs need not pay
+
     builders = {
         "resnet18": torchvision.models.resnet18,
         "resnet34": torchvision.models.resnet34,
