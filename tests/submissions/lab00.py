@@ -5,14 +5,14 @@ score 0 on the warm-up and async checks (it may pass the plain compute one, as i
 "looper" makes ``bound`` spin forever: only the roofline cells may lose points.
 """
 
-NAIVE_TIMER = '''
+NAIVE_TIMER = """
 def time_it(fn, *, sync=lambda: None, warmup=3, repeats=20):
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
-'''
+"""
 
-LOOPING_BOUND = '''
+LOOPING_BOUND = """
 def matmul_intensity(n, itemsize=4):
     return 2 * n**3 / (3 * n * n * itemsize)
 
@@ -24,7 +24,7 @@ def add_intensity(n, itemsize=4):
 def bound(intensity, ceilings):
     while True:  # a search that never terminates
         pass
-'''
+"""
 
 VARIANT = {
     "students": {
