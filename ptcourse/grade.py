@@ -168,9 +168,10 @@ def check_memory(
     points: float = 1.0,
 ) -> float:
     """Grade how many times less peak memory the candidate needs than the baseline."""
+    device = hardware.track_for(lab).device
     with captured_stderr() as noise:
-        base = measure.peak_memory(baseline)
-        cand = measure.peak_memory(candidate)
+        base = measure.peak_memory(baseline, device=device)
+        cand = measure.peak_memory(candidate, device=device)
     ratio = base.peak_bytes / max(cand.peak_bytes, 1)
     detail = f"baseline {base.summary()}; candidate {cand.summary()}"
     return _score(lab, check, ratio, points, None, detail, noise)
