@@ -2,7 +2,7 @@
 
 "baseline" pastes the baseline into every exercise: the cache is built (the baseline has none, so
 any correct cache will do), augmentation runs one sample at a time with ``baseline_transform``, and
-the "cached" pipeline ignores the cache and iterates the baseline loader over the JPEG files. It must
+the "cached" pipeline ignores the cache and iterates the baseline loader over the JPEGs. It must
 score 0 on the speed check. No looper: a looping exercise would also time out the ungraded
 measurement cells of section 4 (several minutes of grading for one submission).
 """
