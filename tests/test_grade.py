@@ -8,7 +8,7 @@ import torch
 from ptcourse import grade, targets
 from ptcourse.targets import Target
 
-ROW = Target("00", "unit_speedup", "cpu", "speedup", 1.5, 1.15, "2.0x", "1.0x", "test", "today")
+ROW = Target("00", "unit_speedup", "cpu", "speedup", 1.5, 1.3, "2.0x", "1.0x", "test", "today")
 X = torch.randn(192, 192)
 
 
@@ -38,7 +38,7 @@ def test_passing_speedup_returns_full_points(unit_target):
 
 
 def test_partial_credit_between_floor_and_target(unit_target):
-    earned = grade.check_value("00", "unit_speedup", lambda: 1.325, points=2)
+    earned = grade.check_value("00", "unit_speedup", lambda: 1.4, points=2)
     assert earned == pytest.approx(1.0)
 
 
