@@ -8,13 +8,13 @@ c = get_config()  # noqa: F821 — provided by nbgrader's config loader
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "labs"
-c.CourseDirectory.submitted_directory = os.path.join("build", "nbgrader", "submitted")
-c.CourseDirectory.autograded_directory = os.path.join("build", "nbgrader", "autograded")
-c.CourseDirectory.feedback_directory = os.path.join("build", "nbgrader", "feedback")
-c.CourseDirectory.db_url = "sqlite:///" + os.path.join(
-    c.CourseDirectory.root, "build", "nbgrader", "gradebook.db"
-)
-os.makedirs(os.path.join(c.CourseDirectory.root, "build", "nbgrader"), exist_ok=True)
+# PTCOURSE_BUILD moves every generated file elsewhere (separate grading runs never share a gradebook).
+build = os.path.join(c.CourseDirectory.root, os.environ.get("PTCOURSE_BUILD", "build"), "nbgrader")
+c.CourseDirectory.submitted_directory = os.path.join(build, "submitted")
+c.CourseDirectory.autograded_directory = os.path.join(build, "autograded")
+c.CourseDirectory.feedback_directory = os.path.join(build, "feedback")
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(build, "gradebook.db")
+os.makedirs(build, exist_ok=True)
 
 # Benchmarks run inside test cells: allow each cell several minutes (a looping cell is cut here).
 c.Execute.timeout = int(os.environ.get("PTCOURSE_CELL_TIMEOUT", "300"))

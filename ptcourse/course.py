@@ -20,7 +20,7 @@ from ptcourse import grade, hardware
 from ptcourse.labs import LABS, Lab, lab
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD = ROOT / "build"
+BUILD = ROOT / os.environ.get("PTCOURSE_BUILD", "build")  # relative to ROOT, or absolute
 NBGRADER_DB = BUILD / "nbgrader" / "gradebook.db"
 
 
