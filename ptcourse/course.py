@@ -45,16 +45,26 @@ def _nbgrader(*args: str, timeout: float | None = None) -> subprocess.CompletedP
     )
 
 
+def _api(release_dir: Path | None = None):  # -> nbgrader.apps.NbGraderAPI
+    """nbgrader's Python API with the course's config: one process for many steps (a CLI call
+    per step costs seconds of start-up each)."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    if release_dir is not None:
+        config.CourseDirectory.release_directory = str(release_dir)
+    return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+
 def release(keys: list[str] | tuple[str, ...] = (), release_dir: Path | None = None) -> list[Path]:
     """Regenerate the student version of each lab (labs/ unless ``release_dir``) with nbgrader."""
-    written = []
+    api, written = _api(release_dir), []
     for each in course_labs(keys):
-        args = ["generate_assignment", each.name, "--force"]
-        if release_dir is not None:
-            args.append(f"--CourseDirectory.release_directory={release_dir}")
-        done = _nbgrader(*args)
-        if done.returncode != 0:
-            raise RuntimeError(f"nbgrader could not release {each.name}:\n{done.stderr[-2000:]}")
+        done = api.generate_assignment(each.name, force=True)
+        if not done["success"]:
+            raise RuntimeError(f"nbgrader could not release {each.name}:\n{done['error'][-2000:]}")
         written.append((release_dir or ROOT / "labs") / each.name / f"{each.name}.ipynb")
     return written
 
@@ -170,7 +180,18 @@ def autograde(
                 scores.append(Score(student, each.name, "missing"))
                 continue
             scores.append(_autograde_one(each, student, where, timeout_s))
+    _feedback(scores, private_release)
     return scores
+
+
+def _feedback(scores: list[Score], release_dir: Path) -> None:
+    """Feedback HTML for every graded submission, in one process (hidden tests stay hidden)."""
+    api = _api(release_dir)
+    for s in scores:
+        if s.status == "graded":
+            done = api.generate_feedback(s.lab, s.student, force=True)
+            if not done["success"]:
+                s.detail = f"no feedback: {done['error'].strip().splitlines()[-1][:200]}"
 
 
 def _autograde_one(the_lab: Lab, student: str, where: str, timeout_s: float) -> Score:
@@ -182,7 +203,6 @@ def _autograde_one(the_lab: Lab, student: str, where: str, timeout_s: float) -> 
         return Score(student, the_lab.name, "failed", detail=f"grading exceeded {timeout_s:.0f} s")
     if done.returncode != 0:
         return Score(student, the_lab.name, "failed", detail=done.stderr.strip()[-500:])
-    _nbgrader("generate_feedback", the_lab.name, "--student", student, "--force", release_dir)
     return _scores_from_gradebook(the_lab, student)
 
 
