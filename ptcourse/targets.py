@@ -145,8 +145,31 @@ LAB02: tuple[Target, ...] = ()
 # Lab 05: filled from that lab's measurements.
 LAB05: tuple[Target, ...] = ()
 
-# Lab 06: filled from that lab's measurements.
-LAB06: tuple[Target, ...] = ()
+# Lab 06: attention_sdpa (F.scaled_dot_product_attention, the CPU flash kernel) against the
+# grader's naive attention (ptcourse.models.naive_attention), fp32. Speed: interleaved pairs,
+# 1 thread, batch 1, length 1024, head dim 64, 12 heads (8 in smoke). Memory: sampled RSS with
+# glibc thresholds pinned (accumulation.rss_follows_tensors), batch 1, 4 heads, length 4096
+# (2048 in smoke): naive keeps two score matrices alive, SDPA only its output.
+LAB06_CUDA = "NOT measured (no GPU in the authoring task)"
+LAB06: tuple[Target, ...] = (
+    Target("06", "speedup", "cpu", "speedup", 2.0, 1.3,
+           "3.14–3.29x, median 3.23 (12 heads; 10 full runs); smoke 2.93–3.29x, median 3.12 "
+           "(8 heads; 10 runs); hidden-test code as a script, other sessions' load (load "
+           "average 3-4 on 2 cores); in notebook context (papermill smoke) 2.98x",
+           "naive pasted as SDPA 0.97–1.01x (full), 0.96–1.02x (smoke), 10 runs each",
+           CPU_VM, "2026-12-03"),
+    Target("06", "peak_memory", "cpu", "memory_ratio", 10.0, 3.0,
+           "112.8–114.4x (516 → 4.5 MB, 10 full runs); smoke 51.8x (130 → 2.5 MB, 10 runs); "
+           "naive = two score matrices + output, SDPA = its output + tiles",
+           "naive pasted as SDPA 1.00x (516 → 516 MB; smoke 130 → 130 MB), 10 runs each",
+           CPU_VM, "2026-12-03"),
+    Target("06", "speedup", "cuda", "speedup", 2.0, 1.3,
+           "not measured; the seed's 1.8x was flash_attn fp16 on BERT-base (GPU unknown)",
+           "expected 1.0x (same naive code)", LAB06_CUDA, "2026-12-03"),
+    Target("06", "peak_memory", "cuda", "memory_ratio", 10.0, 3.0,
+           "not measured; expected about 2 score matrices / output (~100x at length 4096)",
+           "expected 1.0x (same naive code)", LAB06_CUDA, "2026-12-03"),
+)  # fmt: skip
 
 # Lab 07: filled from that lab's measurements.
 LAB07: tuple[Target, ...] = ()
