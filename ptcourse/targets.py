@@ -175,7 +175,19 @@ LAB06: tuple[Target, ...] = (
 LAB07: tuple[Target, ...] = ()
 
 # Lab 08: filled from that lab's measurements.
-LAB08: tuple[Target, ...] = ()
+LAB08_PENDING = "PRELIMINARY — being measured"
+LAB08: tuple[Target, ...] = (
+    Target("08", "fusion_latency", "cpu", "speedup", 1.2, 1.1,
+           LAB08_PENDING, LAB08_PENDING, CPU_VM, "2026-12-03"),
+    Target("08", "bf16_accuracy_change", "cpu", "accuracy_drop", 0.05, 0.15,
+           LAB08_PENDING, LAB08_PENDING, CPU_VM, "2026-12-03"),
+    Target("08", "bf16_in_effect", "cpu", "score", 1.0, 0.0,
+           LAB08_PENDING, LAB08_PENDING, CPU_VM, "2026-12-03"),
+    Target("08", "bf16_speed", "cpu", "speedup", 1.3, 1.15,
+           LAB08_PENDING, LAB08_PENDING, "NOT measured", "2026-12-03"),
+    Target("08", "trt_fp16_speedup", "cuda", "speedup", 2.0, 1.15,
+           LAB08_PENDING, LAB08_PENDING, "NOT measured", "2026-12-03"),
+)  # fmt: skip
 
 # Lab 09: filled from that lab's measurements.
 LAB09: tuple[Target, ...] = ()
