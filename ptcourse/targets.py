@@ -142,8 +142,20 @@ LAB04: tuple[Target, ...] = (
 # Lab 02: filled from that lab's measurements.
 LAB02: tuple[Target, ...] = ()
 
-# Lab 05: filled from that lab's measurements.
-LAB05: tuple[Target, ...] = ()
+# Lab 05: nothing timing-based is graded (the lab's point: FLOPs do not predict CPU time here).
+# flops_ratio: FlopCounterMode FLOPs of blocks.standard_block(128, 128) / the student's block on
+# a (1, 128, S, S) input, S secret in [40, 64); deterministic. accuracy_drop: test accuracy of
+# blocks.classifier(standard_block) minus classifier(student block) after
+# blocks.train_and_evaluate with a secret seed (both trained in the hidden test).
+LAB05: tuple[Target, ...] = (
+    Target("05", "flops_ratio", "cpu", "flops_ratio", 8.0, 1.5,
+           "8.406-8.408x for S in 40..63 (deterministic; 9*128/(9+128) = 8.41 plus the SE's "
+           "two tiny 1x1 convs)",
+           "standard block pasted as the exercise: 1.00x", "any machine (FLOP count)",
+           "2026-12-02"),
+    Target("05", "accuracy_drop", "cpu", "accuracy_drop", 0.30, 0.45,
+           "PROVISIONAL", "PROVISIONAL", CPU_VM, "2026-12-02"),
+)  # fmt: skip
 
 # Lab 06: attention_sdpa (F.scaled_dot_product_attention, the CPU flash kernel) against the
 # grader's naive attention (ptcourse.models.naive_attention), fp32. Speed: interleaved pairs,
