@@ -139,8 +139,26 @@ LAB04: tuple[Target, ...] = (
            LAB04_CUDA, "2026-12-02"),
 )  # fmt: skip
 
-# Lab 02: filled from that lab's measurements.
-LAB02: tuple[Target, ...] = ()
+# Lab 02: images/s of the student's DALI training pipeline (built by the grader with
+# dali_pipeline.sync_pipeline: synchronous executor, num_threads=1, so nothing is prefetched
+# between timed calls; build excluded) over Lab 01's PIL loader (per-sample v2 augmentation,
+# num_workers=0), per batch, interleaved, 1 thread; full batch 64 x 2 batches, smoke 32 x 1.
+LAB02_DALI = "NVIDIA DALI 2.4.0 CPU-only (device_id=None), " + CPU_VM
+LAB02: tuple[Target, ...] = (
+    Target("02", "throughput", "cpu", "speedup", 1.6, 1.15,
+           "PENDING",
+           "PENDING",
+           LAB02_DALI + "; interleaved pairs, measure.compare", "2026-12-03"),
+    Target("02", "throughput", "cuda", "speedup", 2.5, 1.15,
+           "NOT measured (no GPU in the authoring task); the seed's 'over 3x' with mixed decoding",
+           "PIL loader + copy to the GPU vs itself: expected ~1.0x",
+           "NOT measured — DALI mixed (nvJPEG) decode + GPU operators", "2026-12-03"),
+    # cpu-basic (no DALI): the speed cell grades tvio_batch's equivalence with the reference.
+    Target("02", "tvio_equivalence", "cpu", "score", 1.0, 0.0,
+           "1.0: reference tvio_batch equals the torchvision reference within tolerance "
+           "(max |diff| 0, decode and resize are the same torchvision calls)",
+           "unanswered or wrong normalisation: 0", "any machine (no timing)", "2026-12-03"),
+)  # fmt: skip
 
 # Lab 05: nothing timing-based is graded (the lab's point: FLOPs do not predict CPU time here).
 # flops_ratio: FlopCounterMode FLOPs of blocks.standard_block(128, 128) / the student's block on
