@@ -171,8 +171,19 @@ LAB05: tuple[Target, ...] = (
            "two tiny 1x1 convs)",
            "standard block pasted as the exercise: 1.00x", "any machine (FLOP count)",
            "2026-12-02"),
-    Target("05", "accuracy_drop", "cpu", "accuracy_drop", 0.30, 0.45,
-           "PROVISIONAL", "PROVISIONAL", CPU_VM, "2026-12-02"),
+    # The student's accuracy is graded first (a block that ignores its input or never trains
+    # fails it, zeroing the cell); then the drop against the standard block, same seed.
+    Target("05", "accuracy", "cpu", "accuracy", 0.42, 0.34,
+           "reference block 0.500-0.609 (smoke, 10 seeds), 0.494-0.642 (full, 10 seeds); "
+           "150 AdamW steps, lr 6e-3, 48x48 images",
+           "broken blocks: ignores its input 0.250 (6 runs), detached output (never trains) "
+           "0.250-0.328 (6 runs); standard block pasted: 0.45-0.79 (passes, it is a real block)",
+           CPU_VM, "2026-12-03"),
+    Target("05", "accuracy_drop", "cpu", "accuracy_drop", 0.25, 0.40,
+           "standard minus reference: -0.047..+0.188 (smoke, 10 seeds), -0.246..+0.100 (full, "
+           "10 seeds; the standard block fails to train on 1 of 13 full seeds at lr 6e-3)",
+           "ignores its input +0.20..+0.48 (smoke), detached +0.20..+0.41 (smoke); both also "
+           "fail the accuracy check", CPU_VM, "2026-12-03"),
 )  # fmt: skip
 
 # Lab 06: attention_sdpa (F.scaled_dot_product_attention, the CPU flash kernel) against the
