@@ -204,7 +204,7 @@ LAB06: tuple[Target, ...] = (
            "naive = two score matrices + output, SDPA = its output + tiles",
            "naive pasted as SDPA 1.00x (516 → 516 MB; smoke 130 → 130 MB), 10 runs each",
            CPU_VM, "2026-12-03"),
-    Target("06", "speedup", "cuda", "speedup", 2.0, 1.3,
+    Target("06", "speedup", "cuda", "speedup", 1.5, 1.15,
            "not measured; the seed's 1.8x was flash_attn fp16 on BERT-base (GPU unknown)",
            "expected 1.0x (same naive code)", LAB06_CUDA, "2026-12-03"),
     Target("06", "peak_memory", "cuda", "memory_ratio", 10.0, 3.0,
