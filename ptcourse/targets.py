@@ -179,9 +179,10 @@ LAB05: tuple[Target, ...] = (
            "broken blocks: ignores its input 0.250 (6 runs), detached output (never trains) "
            "0.250-0.328 (6 runs); standard block pasted: 0.45-0.79 (passes, it is a real block)",
            CPU_VM, "2026-12-03"),
-    Target("05", "accuracy_drop", "cpu", "accuracy_drop", 0.25, 0.40,
+    Target("05", "accuracy_drop", "cpu", "accuracy_drop", 0.32, 0.50,
            "standard minus reference: -0.047..+0.188 (smoke, 10 seeds), -0.246..+0.100 (full, "
-           "10 seeds; the standard block fails to train on 1 of 13 full seeds at lr 6e-3)",
+           "10 seeds; the standard block fails to train on 1 of 13 full seeds at lr 6e-3); "
+           "10 smoke autogrades -0.031..+0.266 (target was 0.25 then: 9/10 full marks)",
            "ignores its input +0.20..+0.48 (smoke), detached +0.20..+0.41 (smoke); both also "
            "fail the accuracy check", CPU_VM, "2026-12-03"),
 )  # fmt: skip
