@@ -235,7 +235,17 @@ LAB08: tuple[Target, ...] = (
 LAB09: tuple[Target, ...] = ()
 
 # Lab 10: filled from that lab's measurements.
-LAB10: tuple[Target, ...] = ()
+LAB10_SIZE = "serialized state_dicts of the fp32 model's nn.Linear layers, found by name"
+LAB10: tuple[Target, ...] = (
+    Target("10", "torchao_size", "cpu", "memory_ratio", 3.5, 1.5,
+           "PROVISIONAL", "float copy 1.00x", CPU_VM, "2026-12-03"),
+    Target("10", "fast_size", "cpu", "memory_ratio", 3.5, 1.5,
+           "PROVISIONAL", "float copy 1.00x", CPU_VM, "2026-12-03"),
+    Target("10", "fast_accuracy_drop", "cpu", "accuracy_drop", 1.0, 2.0,
+           "PROVISIONAL", "float copy 0 points", CPU_VM, "2026-12-03"),
+    Target("10", "fast_speedup", "cpu", "speedup", 1.3, 1.15,
+           "PROVISIONAL", "float copy ~1.0x", CPU_VM, "2026-12-03"),
+)  # fmt: skip
 
 TARGETS: tuple[Target, ...] = (
     LAB00 + LAB01 + LAB02 + LAB03 + LAB04 + LAB05 + LAB06 + LAB07 + LAB08 + LAB09 + LAB10
