@@ -214,7 +214,18 @@ LAB06: tuple[Target, ...] = (
 )  # fmt: skip
 
 # Lab 07: filled from that lab's measurements.
-LAB07: tuple[Target, ...] = ()
+# ONNX Runtime (the student's ORT session of the exported inspection classifier, tiny_cnn 32 ch,
+# 64x64, 1 intra-op thread, spinning off) vs eager PyTorch, batch-1 latency, interleaved.
+# Measured with /work/notes/lab07_measure_targets.py: 12 reference + 10 baseline comparisons per
+# size in one process, a busy-loop hog plus other sessions' load on the other core. The check
+# times CPU sessions on every track (a GPU machine uses this row too).
+LAB07: tuple[Target, ...] = (
+    Target("07", "ort_latency", "cpu", "speedup", 1.5, 1.2,
+           "full 2.36-2.81x, median 2.47 (12 runs); smoke 1.82-2.84x, median 2.45 (12 runs; "
+           "CI lows 1.57-2.60)",
+           "eager pasted in as the runner: 0.94-1.08x (20 runs, full + smoke)",
+           CPU_VM, "2026-12-03"),
+)  # fmt: skip
 
 # Lab 08: filled from that lab's measurements.
 LAB08_PENDING = "PRELIMINARY — being measured"
