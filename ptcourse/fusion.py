@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ptcourse import data, models, onnx_runtime
+from ptcourse import data, hardware, models, onnx_runtime
 from ptcourse.quiet import captured_stderr
 from ptcourse.smoke import is_smoke
 
@@ -37,6 +37,12 @@ LAB = "08"
 CHANNELS = 16  # tiny_cnn width: small enough that per-layer overhead, not arithmetic, dominates
 IMAGE = 32  # side of the images the latency checks use (batch 1)
 PROBE_IMAGE = 64  # side of the inspection images the precision experiment classifies
+
+
+def fast_bf16() -> bool:
+    """Whether this CPU has bf16 hardware (AMX or avx512_bf16): reads the CPU flags only,
+    without importing every optional backend as ``hardware.machine()`` does (seconds)."""
+    return hardware._has("fast_bf16")
 
 
 def randomize_batchnorm(model: nn.Module, generator: torch.Generator) -> nn.Module:

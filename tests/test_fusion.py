@@ -86,3 +86,9 @@ def test_precision_change_of_identity_conversion_is_zero(monkeypatch):
     assert change.images == 40 and change.output_dtype == torch.float32
     halved = fusion.precision_change(lambda m: m.to(torch.bfloat16).float(), batch=16)
     assert halved.relative_error > 0
+
+
+def test_fast_bf16_agrees_with_the_machine_probe():
+    from ptcourse import hardware
+
+    assert fusion.fast_bf16() == hardware.machine().fast_bf16
