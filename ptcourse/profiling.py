@@ -552,7 +552,9 @@ class GpuBusy:
 def step_wall_ms(prof: profile) -> float:
     """Wall time (ms) of the profiled steps: the sum of the ``ProfilerStep`` ranges."""
     return sum(
-        e.time_range.elapsed_us() / 1e3 for e in prof.events() if e.name.startswith("ProfilerStep")
+        e.time_range.elapsed_us() / 1e3
+        for e in prof.events()
+        if e.name.startswith("ProfilerStep") and e.device_type == torch.autograd.DeviceType.CPU
     )
 
 
@@ -561,6 +563,8 @@ def gpu_busy(prof: profile, wall_ms: float) -> GpuBusy:
     kernel = h2d = d2h = other = 0.0
     for event in prof.events():
         if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        if getattr(event, "is_user_annotation", False):  # record_function ranges on the GPU
             continue
         ms = event.time_range.elapsed_us() / 1e3
         name = event.name.lower()

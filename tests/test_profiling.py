@@ -100,9 +100,11 @@ def test_embedding_updates_dense_sparse_and_adam():
 def test_gpu_busy_sums_device_events_by_kind():
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
 
-    def event(name, us, device=cuda):
+    def event(name, us, device=cuda, annotation=False):
         span = SimpleNamespace(elapsed_us=lambda: us)
-        return SimpleNamespace(name=name, device_type=device, time_range=span)
+        return SimpleNamespace(
+            name=name, device_type=device, time_range=span, is_user_annotation=annotation
+        )
 
     prof = SimpleNamespace(
         events=lambda: [
@@ -111,6 +113,7 @@ def test_gpu_busy_sums_device_events_by_kind():
             event("Memcpy DtoH (Device -> Pageable)", 250),
             event("Memset (Device)", 250),
             event("cudaLaunchKernel", 9000, cpu),
+            event("ProfilerStep#2", 9000, annotation=True),
         ]
     )
     busy = profiling.gpu_busy(prof, wall_ms=10.0)
