@@ -291,16 +291,30 @@ LAB09: tuple[Target, ...] = (
 )  # fmt: skip
 
 # Lab 10: filled from that lab's measurements.
-LAB10_SIZE = "serialized state_dicts of the fp32 model's nn.Linear layers, found by name"
+# The trained TextClassifier (d_model 256, 2 layers, 16 tokens; quantize.trained_classifier) is the
+# same model in smoke and full mode, so one set of thresholds serves both. Sizes: serialized
+# state_dicts of the fp32 model's nn.Linear layers, found by name in the quantized model.
+LAB10_RUNS = "hidden-test code, 12 runs smoke + 12 full (lab10_measure_targets.py)"
 LAB10: tuple[Target, ...] = (
     Target("10", "torchao_size", "cpu", "memory_ratio", 3.5, 1.5,
-           "PROVISIONAL", "float copy 1.00x", CPU_VM, "2026-12-03"),
+           "3.86x (deterministic: int8 weights + per-row scales)", "float copy 1.00x",
+           CPU_VM, "2026-12-03"),
     Target("10", "fast_size", "cpu", "memory_ratio", 3.5, 1.5,
-           "PROVISIONAL", "float copy 1.00x", CPU_VM, "2026-12-03"),
+           "3.92x (deterministic; torch.ao dynamic, fbgemm packed weights)", "float copy 1.00x",
+           CPU_VM, "2026-12-03"),
+    # Percentage points of accuracy lost on the headlines test split (800 smoke / 4800 full).
     Target("10", "fast_accuracy_drop", "cpu", "accuracy_drop", 1.0, 2.0,
-           "PROVISIONAL", "float copy 0 points", CPU_VM, "2026-12-03"),
+           "0.0 points smoke and full (89.0% both)", "float copy 0 points (not a speed check)",
+           CPU_VM, "2026-12-03"),
+    # Batch 64 x 16 tokens, 1 thread, torch.ao dynamic int8 vs fp32 eager. torchao int8 dynamic
+    # (Int8DynamicActivationInt8WeightConfig) measured 0.04-0.05x here: torch._int_mm has no fast
+    # kernel on this AVX2 CPU, so the graded "fast" exercise accepts any scheme and the reference
+    # is the legacy call.
     Target("10", "fast_speedup", "cpu", "speedup", 1.3, 1.15,
-           "PROVISIONAL", "float copy ~1.0x", CPU_VM, "2026-12-03"),
+           "1.425-1.579x, median 1.49 (smoke); 1.443-1.595x, median 1.50 (full); nbgrader "
+           "autograde (smoke) 1.48-1.51x in 10 of 10 runs",
+           "float copy 0.883-1.037x (24 runs); autograde 0.98x", f"{CPU_VM}; {LAB10_RUNS}",
+           "2026-12-03"),
 )  # fmt: skip
 
 TARGETS: tuple[Target, ...] = (
