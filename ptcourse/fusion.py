@@ -42,7 +42,7 @@ PROBE_IMAGE = 64  # side of the inspection images the precision experiment class
 def fast_bf16() -> bool:
     """Whether this CPU has bf16 hardware (AMX or avx512_bf16): reads the CPU flags only,
     without importing every optional backend as ``hardware.machine()`` does (seconds)."""
-    return hardware._has("fast_bf16")
+    return hardware.has("fast_bf16")
 
 
 def randomize_batchnorm(model: nn.Module, generator: torch.Generator) -> nn.Module:

@@ -134,7 +134,9 @@ def machine() -> Machine:
     )
 
 
-def _has(capability: str) -> bool:
+def has(capability: str) -> bool:
+    """Whether this machine has ``capability``: "cuda", "fast_bf16" or an optional backend's
+    name — cheap, unlike ``machine()``, which imports every backend."""
     if capability == "cuda":
         return _cuda().available
     if capability == "fast_bf16":
@@ -144,7 +146,7 @@ def _has(capability: str) -> bool:
 
 
 def _missing(needs: tuple[str, ...]) -> list[str]:
-    return [need for need in needs if not _has(need)]
+    return [need for need in needs if not has(need)]
 
 
 def track_for(which: str | Lab) -> Track:
