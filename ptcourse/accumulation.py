@@ -14,9 +14,6 @@ honest way to measure peak memory on CPU.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ptcourse import measure
+from ptcourse.measure import release_freed_memory, rss_follows_tensors  # noqa: F401 (lab 04 API)
 from ptcourse.smoke import pick
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
@@ -135,54 +133,6 @@ def grads_after(
     model.zero_grad(set_to_none=True)
     result = step(model, loss_fn, x, y, *args, **kwargs)
     return gradients(model), result
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (glibc malloc.h)
-
-
-@functools.cache
-def _libc() -> Any:
-    """glibc through ctypes, or None (macOS, Windows, musl: the helpers below do nothing)."""
-    name = ctypes.util.find_library("c")
-    try:
-        lib = ctypes.CDLL(name)
-        lib.malloc_trim  # noqa: B018 — glibc only
-        lib.mallopt  # noqa: B018
-    except (OSError, AttributeError, TypeError):
-        return None
-    return lib
-
-
-def release_freed_memory() -> bool:
-    """Hand memory that was freed but kept by glibc back to the OS; False where not glibc."""
-    lib = _libc()
-    if lib is None:
-        return False
-    lib.malloc_trim(0)
-    return True
-
-
-def rss_follows_tensors() -> bool:
-    """Make resident memory (RSS) follow the memory PyTorch holds; call it once, early.
-
-    By default glibc serves big blocks from its heap once its adaptive mmap threshold has grown
-    (after the first big free, up to 32 MB) and keeps freed heap memory for reuse, so how much
-    RSS a training step adds depends on what ran before it: a step measured right after a
-    bigger one can show almost no increase. This pins both thresholds at 128 kB: every block
-    of 128 kB or more gets its own mapping, handed back to the OS as soon as it is freed, and
-    peaks measured by sampling RSS repeat from run to run and in either order. It must run
-    before big tensors have passed through the heap (the heap keeps their free chunks).
-    The price is page faults on every big allocation: steps run somewhat slower.
-
-    Idempotent; returns False (and does nothing) where the C library is not glibc.
-    """
-    lib = _libc()
-    if lib is None:
-        return False
-    lib.mallopt(_M_MMAP_THRESHOLD, 128 * 2**10)
-    lib.mallopt(_M_TRIM_THRESHOLD, 128 * 2**10)
-    lib.malloc_trim(0)
-    return True
 
 
 def teacher_task(

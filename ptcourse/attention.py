@@ -10,7 +10,7 @@ The naive reference itself is :func:`ptcourse.models.naive_attention` (the text 
   ``_scaled_dot_product_flash_attention_for_cpu``) and whether an (L, L) score matrix was made.
 - :func:`sweep` measures time and peak memory against sequence length for several attention
   functions (peak memory on CPU is sampled RSS: call
-  :func:`ptcourse.accumulation.rss_follows_tensors` once first, as lab 04 does).
+  :func:`ptcourse.measure.rss_follows_tensors` once first, as lab 04 does).
 - :func:`use_attention` plugs any attention function into a ``TextClassifier``'s layers.
 - :func:`backend_table` times every ``torch.nn.attention.sdpa_kernel`` backend (and the
   ``flash_attn`` package where installed) on one device: the GPU section's measurement.

@@ -127,7 +127,7 @@ LAB04_CUDA = "CUDA allocator stats — NOT measured (no GPU in the authoring tas
 LAB04: tuple[Target, ...] = (
     # Peak memory of one step, batch 64 in 4 micro-batches vs one batch (conv_net, 16 ch, no BN;
     # 64x64 images, 32x32 in smoke). CPU: sampled RSS with glibc thresholds pinned at 128 kB
-    # (accumulation.rss_follows_tensors in the setup cell); without pinning the ratio varied
+    # (measure.rss_follows_tensors in the setup cell); without pinning the ratio varied
     # 1.6x-8.6x with what ran before.
     Target("04", "peak_memory", "cpu", "memory_ratio", 3.0, 1.3,
            "3.97–4.00x, median 3.98 (84.0 → 21.1 MB), 12 runs; smoke 3.81–3.98x, median 3.94 "
@@ -194,7 +194,7 @@ LAB05: tuple[Target, ...] = (
 # Lab 06: attention_sdpa (F.scaled_dot_product_attention, the CPU flash kernel) against the
 # grader's naive attention (ptcourse.models.naive_attention), fp32. Speed: interleaved pairs,
 # 1 thread, batch 1, length 1024, head dim 64, 12 heads (8 in smoke). Memory: sampled RSS with
-# glibc thresholds pinned (accumulation.rss_follows_tensors), batch 1, 4 heads, length 4096
+# glibc thresholds pinned (measure.rss_follows_tensors), batch 1, 4 heads, length 4096
 # (2048 in smoke): naive keeps two score matrices alive, SDPA only its output.
 LAB06_CUDA = "NOT measured (no GPU in the authoring task)"
 LAB06: tuple[Target, ...] = (
