@@ -1,6 +1,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from rss_probe import run_pinned
 
 from ptcourse import accumulation, measure
 
@@ -83,7 +84,7 @@ import json, sys
 import torch
 import torch.nn.functional as F
 from ptcourse import accumulation, measure
-pinned = accumulation.rss_follows_tensors()
+pinned = measure.rss_follows_tensors()
 torch.set_num_threads(1)
 model = accumulation.seeded(lambda: accumulation.conv_net(16), 0)
 x, y = accumulation.images(64, 32, generator=torch.Generator().manual_seed(0))
@@ -103,17 +104,7 @@ print(json.dumps({"pinned": pinned, "peaks": peaks}))
 
 
 def test_pinned_rss_peaks_repeat_in_either_order():
-    import json
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-c", RSS_PROBE], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    if not result["pinned"]:
-        pytest.skip("not glibc: RSS thresholds cannot be pinned")
+    result = run_pinned(RSS_PROBE)
     one, four = result["peaks"]["1"], result["peaks"]["4"]
     mb = 2**20
     assert max(one) - min(one) < 2 * mb and max(four) - min(four) < 2 * mb, result

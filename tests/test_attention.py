@@ -1,10 +1,7 @@
-import json
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
+from rss_probe import run_pinned
 
 from ptcourse import attention, measure, models
 
@@ -138,13 +135,7 @@ print(json.dumps({"pinned": pinned, "peaks": peaks, "matrix": problem.score_byte
 
 
 def test_pinned_rss_reads_two_score_matrices_for_naive_and_little_for_sdpa():
-    done = subprocess.run(
-        [sys.executable, "-c", RSS_PROBE], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    if not result["pinned"]:
-        pytest.skip("not glibc: RSS thresholds cannot be pinned")
+    result = run_pinned(RSS_PROBE)
     matrix = result["matrix"]
     for peak in result["peaks"]["naive"]:  # the (L, L) scores and their softmax, alive together
         assert 1.9 * matrix < peak < 2.3 * matrix, result
