@@ -22,9 +22,9 @@ def pytest_terminal_summary(terminalreporter):
     """Print per-lab run times of the notebook tier, from the report card it wrote."""
     import json
 
-    from ptcourse import course
+    from ptcourse.course import paths
 
-    path = course.BUILD / "report" / "report.json"
+    path = paths.BUILD / "report" / "report.json"
     if not path.exists() or path.stat().st_mtime < STARTED:
         return
     terminalreporter.section("per-lab smoke run times")

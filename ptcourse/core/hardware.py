@@ -1,0 +1,198 @@
+"""What this machine offers, and which track each lab runs on it.
+
+Every probe is defensive: a missing or broken optional package is reported, never raised.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import platform
+from dataclasses import dataclass
+
+import torch
+
+from ptcourse.core.lineup import LABS, Lab, lab
+from ptcourse.core.quiet import captured_stderr
+
+# capability name -> module to import
+BACKENDS: dict[str, str] = {
+    "dali": "nvidia.dali",
+    "flash_attn": "flash_attn",
+    "tensorrt": "tensorrt",
+    "torch_tensorrt": "torch_tensorrt",
+    "onnxruntime": "onnxruntime",
+    "torchao": "torchao",
+}
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    available: bool
+    version: str = ""
+    detail: str = ""  # why it is unavailable, or extra facts (ORT providers)
+
+
+@dataclass(frozen=True)
+class Cuda:
+    available: bool
+    name: str = ""
+    capability: str = ""
+    memory_gb: float = 0.0
+
+
+@dataclass(frozen=True)
+class Track:
+    """The track a lab runs here: "cuda", "cpu", or "cpu-basic" (a needed CPU backend is absent)."""
+
+    name: str
+    reason: str
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.name == "cuda" else "cpu"
+
+
+@dataclass(frozen=True)
+class Machine:
+    cpu_model: str
+    cpu_flags: tuple[str, ...]
+    cpu_capability: str
+    threads: int
+    cuda: Cuda
+    backends: tuple[Backend, ...]
+
+    @property
+    def fast_bf16(self) -> bool:
+        return "amx_bf16" in self.cpu_flags or "avx512_bf16" in self.cpu_flags
+
+
+def _cpu_info() -> tuple[str, tuple[str, ...]]:
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    return model, tuple(flag for flag in CPU_FLAGS if flag in flags)
+
+
+def usable_threads() -> int:
+    """Cores this process may run on (affinity-aware where the OS tells)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _cuda() -> Cuda:
+    try:
+        if not torch.cuda.is_available():
+            return Cuda(False)
+        props = torch.cuda.get_device_properties(0)
+        return Cuda(True, props.name, f"{props.major}.{props.minor}", props.total_memory / 2**30)
+    except Exception:  # a broken driver reads as "no CUDA"
+        return Cuda(False)
+
+
+@functools.cache
+def backend(name: str) -> Backend:
+    """Import one optional backend quietly and say whether it works."""
+    module_name = BACKENDS[name]
+    try:
+        with captured_stderr():
+            module = importlib.import_module(module_name)
+    except Exception as error:  # ImportError, or a broken install raising anything
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return Backend(name, False, detail=f"{type(error).__name__}: {first_line}"[:120])
+    detail = ""
+    if name == "onnxruntime":
+        detail = "providers: " + ", ".join(module.get_available_providers())
+    return Backend(name, True, str(getattr(module, "__version__", "")), detail)
+
+
+@functools.cache
+def machine() -> Machine:
+    """Probe this machine once per process."""
+    model, flags = _cpu_info()
+    return Machine(
+        cpu_model=model,
+        cpu_flags=flags,
+        cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        threads=usable_threads(),
+        cuda=_cuda(),
+        backends=tuple(backend(name) for name in BACKENDS),
+    )
+
+
+def has(capability: str) -> bool:
+    """Whether this machine has ``capability``: "cuda", "fast_bf16" or an optional backend's
+    name — cheap, unlike ``machine()``, which imports every backend."""
+    if capability == "cuda":
+        return _cuda().available
+    if capability == "fast_bf16":
+        _, flags = _cpu_info()
+        return "amx_bf16" in flags or "avx512_bf16" in flags
+    return backend(capability).available
+
+
+def _missing(needs: tuple[str, ...]) -> list[str]:
+    return [need for need in needs if not has(need)]
+
+
+def track_for(which: str | Lab) -> Track:
+    """The track lab ``which`` runs here, with the reason (only probes what that lab needs)."""
+    the_lab = which if isinstance(which, Lab) else lab(which)
+    forced = os.environ.get("PTCOURSE_TRACK")
+    if forced:
+        return Track(forced, "forced by PTCOURSE_TRACK")
+    if the_lab.has_gpu_track:
+        gpu_missing = _missing(("cuda", *the_lab.gpu_needs))
+        if not gpu_missing:
+            return Track("cuda", f"CUDA device {_cuda().name} present")
+        gpu_reason = f"GPU track needs {', '.join(gpu_missing)}"
+    else:
+        gpu_reason = "this lab has no GPU track"
+    cpu_missing = _missing(the_lab.cpu_needs)
+    if cpu_missing:
+        return Track("cpu-basic", f"{gpu_reason}; full CPU track needs {', '.join(cpu_missing)}")
+    return Track("cpu", gpu_reason)
+
+
+def doctor_report() -> str:
+    """A readable table of this machine's capabilities and each lab's track."""
+    m = machine()
+    cuda = (
+        f"{m.cuda.name} (sm {m.cuda.capability}, {m.cuda.memory_gb:.0f} GiB)"
+        if m.cuda.available
+        else "not available"
+    )
+    lines = [
+        "ptcourse doctor — what this machine offers",
+        "",
+        f"  {'CPU':<16}{m.cpu_model}",
+        f"  {'CPU flags':<16}{', '.join(m.cpu_flags) or 'none of ' + ', '.join(CPU_FLAGS)}",
+        f"  {'torch':<16}{torch.__version__} (CPU kernels: {m.cpu_capability})",
+        f"  {'threads':<16}{m.threads} usable; graded timing uses 1",
+        f"  {'fast bf16':<16}{'yes' if m.fast_bf16 else 'no (needs AMX or avx512_bf16)'}",
+        f"  {'CUDA':<16}{cuda}",
+        "",
+        "Optional backends",
+    ]
+    for b in m.backends:
+        state = f"yes {b.version}" if b.available else "no"
+        lines.append(f"  {b.name:<16}{state:<12}{b.detail}")
+    lines += ["", "Labs and the track each runs here"]
+    for each in LABS:
+        track = track_for(each)
+        lines.append(f"  {each.name:<24}{track.name:<11}{track.reason}")
+    return "\n".join(lines)

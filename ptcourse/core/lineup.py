@@ -1,0 +1,84 @@
+"""The course's lab lineup: one row per lab, the single list every tool reads.
+
+It sits in ``core`` (not beside the lab modules in ``ptcourse.labs``) because which track a lab
+runs is a question about this machine that :mod:`ptcourse.core.hardware` answers, and core
+imports nothing above it. The row is metadata only; the lab's code is its module (``module``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Lab:
+    """One lab: where it lives, what it needs on each track."""
+
+    number: str
+    slug: str
+    title: str
+    minutes: int
+    cpu_track: str
+    gpu_track: str
+    gpu_needs: tuple[str, ...] = ()  # capabilities beyond CUDA; () and gpu_track "—" = no GPU track
+    cpu_needs: tuple[str, ...] = ()  # without these the lab runs its reduced "cpu-basic" track
+
+    @property
+    def name(self) -> str:
+        return f"{self.number}-{self.slug}"
+
+    @property
+    def module(self) -> str:
+        """The dotted name of this lab's module, e.g. ``ptcourse.labs.lab06_attention``."""
+        return f"ptcourse.labs.lab{self.number}_{self.slug.replace('-', '_')}"
+
+    @property
+    def has_gpu_track(self) -> bool:
+        return self.gpu_track != "—"
+
+
+LABS: tuple[Lab, ...] = (
+    Lab("00", "measuring-right", "Measuring right", 45,
+        "timing, warm-up, threads, noise, CIs, roofline of this machine",
+        "CUDA sync/events, L2 effects"),
+    Lab("01", "data-loading", "Data loading", 60,
+        "DataLoader knobs; decode-once cache; batched tensor augmentation",
+        "pin_memory + non_blocking; GPU augmentation"),
+    Lab("02", "dali", "NVIDIA DALI", 60,
+        "DALI CPU pipeline vs PIL loader (torchvision.io without DALI)",
+        "mixed (GPU) JPEG decode", gpu_needs=("dali",), cpu_needs=("dali",)),
+    Lab("03", "mixed-precision", "Mixed precision", 60,
+        "bf16 autocast (needs AMX/avx512_bf16 to be fast)",
+        "fp16 autocast + GradScaler, bf16", cpu_needs=("fast_bf16",)),
+    Lab("04", "grad-accumulation", "Gradient accumulation", 45,
+        "equal gradients, lower peak memory, LR scaling",
+        "with AMP + GradScaler, CUDA memory stats"),
+    Lab("05", "efficient-blocks", "Efficient conv blocks", 60,
+        "dw-separable + SE + GELU: FLOPs vs accuracy vs latency", "channels_last + AMP"),
+    Lab("06", "attention", "Attention: naive to flash", 60,
+        "naive vs SDPA (flash CPU kernel): time and memory vs length",
+        "SDPA backends, flash-attn package"),
+    Lab("07", "export", "Export: torch.export, ONNX, ORT", 60,
+        "torch.export → ONNX (dynamo) → ONNX Runtime; TorchScript as legacy",
+        "ORT CUDA provider"),
+    Lab("08", "tensorrt", "TensorRT", 60,
+        "fusion, graph optimisation, precision via ONNX Runtime",
+        "TensorRT / Torch-TensorRT FP16 engine", gpu_needs=("tensorrt",)),
+    Lab("09", "profiling", "Profiling", 60,
+        "torch.profiler: find and fix a planted bottleneck", "CUDA activity, GPU utilisation"),
+    Lab("10", "quantization", "Quantization", 60,
+        "int8 dynamic (torchao; torch.ao as legacy; ORT)", "—"),
+    Lab("11", "batching", "Batching", 45, "throughput vs latency vs batch size", "—"),
+    Lab("12", "torch-compile", "torch.compile", 60,
+        "modes, compile cost, graph breaks", "—"),
+    Lab("13", "capstone", "Capstone: inspection model ≥ 10x", 120,
+        "make it ≥ 10x faster end to end", "≥ 15x"),
+)  # fmt: skip
+
+
+def lab(key: str) -> Lab:
+    """Find a lab by number ("01"), name ("01-data-loading") or slug ("data-loading")."""
+    for candidate in LABS:
+        if key in (candidate.number, candidate.name, candidate.slug, candidate.number.lstrip("0")):
+            return candidate
+    raise KeyError(f"no lab {key!r}; labs are {', '.join(x.name for x in LABS)}")

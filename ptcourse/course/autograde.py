@@ -1,0 +1,138 @@
+"""Autograde collected submissions with nbgrader; scores, grades.csv and feedback.
+
+nbgrader's autograde step runs as a subprocess per submission so that one student's crashing
+or hanging notebook can only cost that submission, never the grading run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ptcourse.core.lineup import Lab
+from ptcourse.course.paths import BUILD, NBGRADER_DB, ROOT, course_labs
+from ptcourse.course.release import nbgrader_api, release
+
+
+def _nbgrader(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    NBGRADER_DB.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "nbgrader", *args]
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@dataclass
+class Score:
+    student: str
+    lab: str
+    status: str  # graded | missing | failed
+    auto_score: float = 0.0
+    auto_max: float = 0.0
+    written_max: float = 0.0
+    cells: dict[str, float] = field(default_factory=dict)
+    detail: str = ""
+
+
+def _scores_from_gradebook(the_lab: Lab, student: str) -> Score:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{NBGRADER_DB}") as gradebook:
+        submission = gradebook.find_submission_notebook(the_lab.name, the_lab.name, student)
+        cells = {
+            g.name: float(g.score)
+            for g in sorted(submission.grades, key=lambda g: g.name)
+            if g.cell_type == "code"
+        }
+        return Score(
+            student,
+            the_lab.name,
+            "graded",
+            float(submission.code_score),
+            float(submission.max_code_score),
+            float(submission.max_written_score),
+            cells,
+        )
+
+
+def autograde(
+    submissions: Path, keys: list[str] | tuple[str, ...] = (), timeout_s: float = 3600
+) -> list[Score]:
+    """Autograde ``submissions/<student>/<lab>/<lab>.ipynb`` for each lab and student."""
+    submissions = submissions.resolve()
+    students = sorted(p.name for p in submissions.iterdir() if p.is_dir())
+    private_release = BUILD / "nbgrader" / "release"
+    release(keys, release_dir=private_release)  # registers each lab in the gradebook
+    where = f"--CourseDirectory.submitted_directory={submissions}"
+    scores = []
+    for each in course_labs(keys):
+        for student in students:
+            if not (submissions / student / each.name / f"{each.name}.ipynb").exists():
+                scores.append(Score(student, each.name, "missing"))
+                continue
+            scores.append(_autograde_one(each, student, where, timeout_s))
+    _feedback(scores, private_release)
+    return scores
+
+
+def _feedback(scores: list[Score], release_dir: Path) -> None:
+    """Feedback HTML for every graded submission, in one process (hidden tests stay hidden)."""
+    api = nbgrader_api(release_dir)
+    for s in scores:
+        if s.status == "graded":
+            done = api.generate_feedback(s.lab, s.student, force=True)
+            if not done["success"]:
+                s.detail = f"no feedback: {done['error'].strip().splitlines()[-1][:200]}"
+
+
+def _autograde_one(the_lab: Lab, student: str, where: str, timeout_s: float) -> Score:
+    release_dir = f"--CourseDirectory.release_directory={BUILD / 'nbgrader' / 'release'}"
+    args = [the_lab.name, "--student", student, "--force", where, release_dir]
+    try:
+        done = _nbgrader("autograde", *args, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return Score(student, the_lab.name, "failed", detail=f"grading exceeded {timeout_s:.0f} s")
+    if done.returncode != 0:
+        return Score(student, the_lab.name, "failed", detail=done.stderr.strip()[-500:])
+    return _scores_from_gradebook(the_lab, student)
+
+
+def write_grades_csv(scores: list[Score], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student", "lab", "status", "autograded", "autograded_max", "written_max"])
+        for s in scores:
+            writer.writerow([s.student, s.lab, s.status, s.auto_score, s.auto_max, s.written_max])
+    return path
+
+
+def write_grades_json(scores: list[Score], path: Path) -> Path:
+    """Every score with its per-cell points, for scripts and the tests."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([asdict(s) for s in scores], indent=2))
+    return path
+
+
+def score_table(scores: list[Score]) -> str:
+    lines = [f"{'student':<16}{'lab':<24}{'status':<9}{'autograded':>12}  written (manual)"]
+    for s in scores:
+        auto = f"{s.auto_score:g}/{s.auto_max:g}" if s.status == "graded" else "—"
+        note = f"  {s.detail.splitlines()[-1][:80]}" if s.detail else ""
+        lines.append(
+            f"{s.student:<16}{s.lab:<24}{s.status:<9}{auto:>12}  {s.written_max:g} pts{note}"
+        )
+    return "\n".join(lines)
+
+
+def copy_submission(source: Path, submissions: Path, student: str, the_lab: Lab) -> Path:
+    """Place a notebook where ``autograde`` expects it (used by tests and instructors' scripts)."""
+    target = submissions / student / the_lab.name / f"{the_lab.name}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    return target

@@ -1,0 +1,148 @@
+"""The ``ptcourse`` command: doctor, data, release, run, grade, lab, targets."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from ptcourse.core import smoke
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from ptcourse.core import hardware
+
+    print(hardware.doctor_report())
+    return 0
+
+
+def _data(args: argparse.Namespace) -> int:
+    from ptcourse.assets import datasets
+
+    size = args.smoke or smoke.is_smoke()
+    for name in args.names or ["inspection", "headlines"]:
+        path = datasets.ensure(name, smoke=size)
+        print(f"{name}: {path} verified ({datasets.manifest(name, smoke=size)['files']} files)")
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    from ptcourse.course import paths, release
+
+    for path in release.release(args.labs):
+        print(f"released {path.relative_to(paths.ROOT)}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ptcourse.course import execute, paths, report
+
+    size = args.smoke or smoke.is_smoke()
+    folder = "labs" if args.labs_version else "solutions"
+    runs = []
+    labs = paths.course_labs(args.labs)
+    for each in tqdm(labs, desc="labs", unit="lab", disable=not sys.stderr.isatty()):
+        run = execute.execute(each, smoke=size, folder=folder)
+        verdict = "ok" if run.ok else f"FAILED ({run.error})"
+        met = sum(r["points"] >= r["max_points"] for r in run.results)
+        print(
+            f"{run.lab:<24} {run.track:<10} {run.seconds:6.1f} s  "
+            f"{met}/{len(run.results)} targets met  {verdict}"
+        )
+        runs.append(run)
+    json_path, html_path = report.write(runs, paths.BUILD / "report", smoke=size)
+    print(f"report card: {html_path} (and {json_path.name})")
+    return 0 if all(r.ok for r in runs) else 1
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from ptcourse.course import autograde, paths
+
+    submissions = Path(args.submissions)
+    if not submissions.is_dir():
+        print(f"no such folder: {submissions}", file=sys.stderr)
+        return 2
+    scores = autograde.autograde(submissions, args.labs, timeout_s=args.timeout)
+    print(autograde.score_table(scores))
+    csv_path = autograde.write_grades_csv(scores, paths.BUILD / "grades" / "grades.csv")
+    autograde.write_grades_json(scores, csv_path.with_suffix(".json"))
+    print(f"grades: {csv_path} (per-cell points in grades.json)")
+    print(f"feedback: {paths.BUILD / 'nbgrader' / 'feedback'}")
+    return 0
+
+
+def _lab(args: argparse.Namespace) -> int:
+    from ptcourse.assets import datasets
+    from ptcourse.course import paths
+
+    size = args.smoke or smoke.is_smoke()
+    for name in ("inspection", "headlines"):
+        datasets.ensure(name, smoke=size)
+    jupyter = shutil.which("jupyter", path=os.path.dirname(sys.executable)) or "jupyter"
+    command = [jupyter, "lab", str(paths.ROOT / "labs"), *args.jupyter_args]
+    os.execv(jupyter, command)
+    return 0  # not reached
+
+
+def _targets(args: argparse.Namespace) -> int:
+    from ptcourse.grading import targets
+
+    print(targets.table_markdown())
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(
+        prog="ptcourse", description="A graded course on making PyTorch fast."
+    )
+    sub = main.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("doctor", help="what this machine offers and which track each lab runs")
+    p.set_defaults(func=_doctor)
+
+    p = sub.add_parser("data", help="build (if missing or corrupt) and verify the datasets")
+    p.add_argument("names", nargs="*", metavar="NAME", help="inspection, headlines (both)")
+    p.add_argument("--smoke", action="store_true", help="the small smoke-size datasets")
+    p.set_defaults(func=_data)
+
+    p = sub.add_parser("release", help="regenerate labs/ from solutions/ with nbgrader")
+    p.add_argument("labs", nargs="*", metavar="LAB", help="e.g. 00 or 01-data-loading (all)")
+    p.set_defaults(func=_release)
+
+    p = sub.add_parser("run", help="execute labs with papermill and write the report card")
+    p.add_argument("labs", nargs="*", metavar="LAB", help="e.g. 00 or 01-data-loading (all)")
+    p.add_argument("--smoke", action="store_true", help="shrunk sizes: each lab in about a minute")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--solutions", action="store_true", help="run solutions/ (default)")
+    which.add_argument("--labs", dest="labs_version", action="store_true", help="run labs/")
+    p.set_defaults(func=_run)
+
+    p = sub.add_parser("grade", help="autograde SUBMISSIONS/<student>/<lab>/<lab>.ipynb")
+    p.add_argument("submissions", metavar="SUBMISSIONS_DIR")
+    p.add_argument("labs", nargs="*", metavar="LAB", help="labs to grade (all)")
+    p.add_argument(
+        "--timeout", type=float, default=3600, help="seconds allowed per submission (3600)"
+    )
+    p.set_defaults(func=_grade)
+
+    p = sub.add_parser("lab", help="build the datasets, then start JupyterLab on labs/")
+    p.add_argument("--smoke", action="store_true", help="build only the small smoke datasets")
+    p.add_argument("jupyter_args", nargs=argparse.REMAINDER, help="passed to jupyter lab")
+    p.set_defaults(func=_lab)
+
+    p = sub.add_parser("targets", help="print the graded targets table")
+    p.set_defaults(func=_targets)
+    return main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""Execute lab notebooks with papermill into the build folder, collecting graded results."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ptcourse.core import hardware
+from ptcourse.core.lineup import Lab
+from ptcourse.course.paths import BUILD, notebook
+from ptcourse.grading import checks
+
+
+@dataclass
+class LabRun:
+    """One executed notebook, for the report card."""
+
+    lab: str
+    title: str
+    track: str
+    track_reason: str
+    device: str
+    ok: bool
+    seconds: float
+    output: str
+    error: str = ""
+    results: list[dict] = field(default_factory=list)
+
+
+def _read_results(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def execute(the_lab: Lab, smoke: bool, folder: str = "solutions") -> LabRun:
+    """Run one notebook with papermill into build/run/, collecting its graded results."""
+    import papermill
+
+    out_dir = BUILD / "run" / folder / the_lab.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = out_dir / "results.jsonl"
+    results.unlink(missing_ok=True)
+    output = out_dir / f"{the_lab.name}.ipynb"
+    os.environ[checks.RESULTS_ENV] = str(results)  # the kernel inherits it
+    os.environ["PTCOURSE_SMOKE"] = "1" if smoke else "0"
+    track = hardware.track_for(the_lab)
+    start, error = time.perf_counter(), ""
+    try:
+        papermill.execute_notebook(
+            str(notebook(the_lab, folder)),
+            str(output),
+            parameters={"SMOKE": smoke},
+            cwd=str(out_dir),
+            kernel_name="python3",
+            progress_bar=sys.stderr.isatty(),
+        )
+    except Exception as failure:  # papermill's execution error names the failing cell
+        error = str(failure).strip().splitlines()[-1][:500] if str(failure) else repr(failure)
+    finally:
+        os.environ.pop(checks.RESULTS_ENV, None)
+    return LabRun(
+        lab=the_lab.name,
+        title=the_lab.title,
+        track=track.name,
+        track_reason=track.reason,
+        device=track.device,
+        ok=not error,
+        seconds=round(time.perf_counter() - start, 1),
+        output=str(output),
+        error=error,
+        results=_read_results(results),
+    )

@@ -1,0 +1,200 @@
+"""The checks that autograder test cells call.
+
+Each check measures what it grades itself, compares it with the active track's target from
+:mod:`ptcourse.grading.targets`, prints one clear line, and returns the points earned as a plain
+float (nbgrader reads a numeric last expression as partial credit). Below the floor it raises
+:class:`CheckFailed`, which nbgrader scores 0 and shows in feedback. Nothing a check does
+reaches stderr: nbgrader would score the cell 0 for it. Hidden test cells start with
+``grade = ptcourse.grading.checks.fresh()`` so that names a student redefined are not used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from ptcourse.core import hardware, measure
+from ptcourse.core.quiet import Captured, captured_stderr
+from ptcourse.grading import targets
+from ptcourse.grading.targets import Goal
+
+RESULTS_ENV = "PTCOURSE_RESULTS"  # a JSONL file each check appends its result to (report card)
+SEED_ENV = "PTCOURSE_SECRET_SEED"
+
+
+class CheckFailed(AssertionError):
+    """A graded check scored zero; the message says what was measured against what."""
+
+
+@dataclass(frozen=True)
+class Result:
+    lab: str
+    check: str
+    track: str
+    device: str
+    kind: str
+    value: float
+    ci_low: float | None
+    ci_high: float | None
+    target: float
+    floor: float
+    points: float
+    max_points: float
+    message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.points >= self.max_points
+
+
+RESULTS: list[Result] = []
+
+
+def secret_seed() -> int:
+    """A seed the student never saw: ``PTCOURSE_SECRET_SEED`` if set, else fresh randomness."""
+    value = os.environ.get(SEED_ENV)
+    return int(value) if value else secrets.randbelow(2**31)
+
+
+def secret_generator() -> torch.Generator:
+    return torch.Generator().manual_seed(secret_seed())
+
+
+def check_close(
+    actual: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol: float, what: str = "output"
+) -> None:
+    """Raise CheckFailed unless shapes, dtypes and values agree within tolerance."""
+    if not isinstance(actual, torch.Tensor):
+        raise CheckFailed(f"{what}: expected a tensor, got {type(actual).__name__}")
+    if actual.shape != expected.shape:
+        raise CheckFailed(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    if actual.dtype != expected.dtype:
+        raise CheckFailed(f"{what}: dtype {actual.dtype}, expected {expected.dtype}")
+    if not torch.allclose(actual.float(), expected.float(), atol=atol, rtol=rtol):
+        diff = (actual.float() - expected.float()).abs().max().item()
+        raise CheckFailed(f"{what}: max abs difference {diff:.3g} exceeds atol={atol}, rtol={rtol}")
+
+
+def _credit(value: float, goal: float, floor: float, higher_is_better: bool) -> float:
+    if higher_is_better:
+        span = (value - floor) / (goal - floor)
+    else:
+        span = (floor - value) / (floor - goal)
+    return min(1.0, max(0.0, span))
+
+
+def score(
+    goal: Goal,
+    value: float,
+    *,
+    points: float,
+    interval: tuple[float, float] | None = None,
+    detail: str = "",
+    noise: Captured | None = None,
+) -> float:
+    """Points for ``value`` against ``goal``: print one line, record it, raise below the floor."""
+    row, track = goal.row, goal.track
+    target, floor = row.target, row.floor
+    earned = round(_credit(value, target, floor, row.higher_is_better) * points, 3)
+    ci = f" (95% CI {interval[0]:.3g}–{interval[1]:.3g})" if interval else ""
+    relation = "≥" if row.higher_is_better else "≤"
+    device = measure.device_name()
+    message = (
+        f"[lab {row.lab} · {row.check}] {row.kind} {value:.3g}{ci}; target {relation} {target:g}, "
+        f"zero credit at {floor:g}; track {track.name} on {device}: {earned:g}/{points:g} points"
+    )
+    if detail:
+        message += f"\n  {detail}"
+    if noise:
+        message += f"\n  stderr of the code under test (kept out of grading): {noise.summary()}"
+    result = Result(
+        row.lab, row.check, track.name, device, row.kind, value,
+        *(interval or (None, None)), target, floor, earned, points, message,
+    )  # fmt: skip
+    _record(result)
+    print(message)
+    if earned <= 0:
+        raise CheckFailed(message)
+    return earned
+
+
+def _record(result: Result) -> None:
+    RESULTS.append(result)
+    path = os.environ.get(RESULTS_ENV)
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(json.dumps(asdict(result)) + "\n")
+
+
+def speedup(
+    goal: Goal,
+    baseline: Callable[[], Any],
+    candidate: Callable[[], Any],
+    *,
+    points: float,
+    threads: int = 1,
+) -> float:
+    """Time baseline and candidate interleaved; grade the median speedup against ``goal``."""
+    with captured_stderr() as noise:
+        result = measure.compare(baseline, candidate, target=goal.row.target, threads=threads)
+    interval = (result.ci_low, result.ci_high)
+    return score(
+        goal, result.ratio, points=points, interval=interval, detail=result.summary(), noise=noise
+    )
+
+
+def memory(
+    goal: Goal, baseline: Callable[[], Any], candidate: Callable[[], Any], *, points: float
+) -> float:
+    """Grade how many times less peak memory the candidate needs than the baseline."""
+    with captured_stderr() as noise:
+        base = measure.peak_memory(baseline, device=goal.track.device)
+        cand = measure.peak_memory(candidate, device=goal.track.device)
+    ratio = base.peak_bytes / max(cand.peak_bytes, 1)
+    detail = f"baseline {base.summary()}; candidate {cand.summary()}"
+    return score(goal, ratio, points=points, detail=detail, noise=noise)
+
+
+def value(goal: Goal, measure_value: Callable[[], float], *, points: float) -> float:
+    """Grade a value the grader computes itself (an accuracy, a FLOPs ratio, an error)."""
+    with captured_stderr() as noise:
+        measured = float(measure_value())
+    return score(goal, measured, points=points, noise=noise)
+
+
+# Until every lab module grades through its own ``check_*`` functions, hidden cells written
+# before the lab contract call these: the same checks, addressed by lab number and check name.
+def _legacy_goal(lab: str, check: str) -> Goal:
+    return targets.goal(targets.lab_rows(lab), check)
+
+
+def check_speedup(lab: str, check: str, baseline: Callable[[], Any], candidate: Callable[[], Any],
+                  *, points: float = 1.0, threads: int = 1) -> float:  # fmt: skip
+    return speedup(_legacy_goal(lab, check), baseline, candidate, points=points, threads=threads)
+
+
+def check_memory(lab: str, check: str, baseline: Callable[[], Any], candidate: Callable[[], Any],
+                 *, points: float = 1.0) -> float:  # fmt: skip
+    return memory(_legacy_goal(lab, check), baseline, candidate, points=points)
+
+
+def check_value(lab: str, check: str, measure_value: Callable[[], float], *,
+                points: float = 1.0) -> float:  # fmt: skip
+    return value(_legacy_goal(lab, check), measure_value, points=points)
+
+
+def fresh() -> ModuleType:
+    """Reload the grading modules from disk, undoing any redefinition made in the notebook."""
+    for module in (hardware, measure, targets):
+        importlib.reload(module)
+    return importlib.reload(importlib.import_module(__name__))

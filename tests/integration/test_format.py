@@ -1,0 +1,57 @@
+"""Notebooks are committed clean and carry valid nbgrader metadata."""
+
+import json
+
+import pytest
+from labs_under_test import selected_labs
+
+from ptcourse.course import paths
+
+LABS = paths.course_labs(selected_labs())
+FOLDERS = ("solutions", "labs")
+
+
+def cells(path):
+    return json.loads(path.read_text())["cells"]
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_no_outputs_and_kernelspec(lab, folder):
+    path = paths.notebook(lab, folder)
+    nb = json.loads(path.read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            assert not cell["outputs"] and cell["execution_count"] is None, path
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_nbgrader_metadata(lab):
+    meta = [c["metadata"].get("nbgrader") for c in cells(paths.notebook(lab))]
+    ids = [m["grade_id"] for m in meta if m]
+    assert len(ids) == len(set(ids)), "grade_ids must be unique"
+    graded = [m for m in meta if m and m["grade"]]
+    assert graded and all(m["points"] > 0 for m in graded)
+    assert any(m["solution"] for m in graded), "a manually graded written answer"
+    assert any(m for m in meta if m and m["solution"] and not m["grade"]), "an exercise"
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_locked_parameters_and_setup_cells(lab):
+    nb_cells = cells(paths.notebook(lab))
+    params = [c for c in nb_cells if "parameters" in c["metadata"].get("tags", [])]
+    assert len(params) == 1
+    assert params[0]["metadata"]["nbgrader"]["locked"]
+    assert "SMOKE = False" in "".join(params[0]["source"])
+    assert any(c["metadata"].get("nbgrader", {}).get("grade_id") == "setup" for c in nb_cells)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_hidden_tests_only_in_locked_test_cells_and_reload_graders(lab):
+    for cell in cells(paths.notebook(lab)):
+        source = "".join(cell["source"])
+        if "### BEGIN HIDDEN TESTS" in source:
+            meta = cell["metadata"]["nbgrader"]
+            assert meta["grade"] and meta["locked"] and not meta["solution"]
+            assert "fresh()" in source, "hidden tests must reload the graders"

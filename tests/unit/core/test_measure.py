@@ -1,0 +1,82 @@
+import time
+
+import pytest
+import torch
+
+from ptcourse.core import measure
+
+X = torch.randn(256, 256)
+
+
+def matmuls(count: int):
+    def work():
+        for _ in range(count):
+            X @ X
+
+    return work
+
+
+@pytest.mark.parametrize("repeat", range(3))
+def test_half_the_work_measures_2x_and_passes_1_5x(busy_core, repeat):
+    result = measure.compare(matmuls(4), matmuls(2), target=1.5, budget_s=6)
+    assert 1.7 <= result.ratio <= 2.3, result.summary()
+    assert result.ci_low > 1.5, result.summary()
+    assert result.ci_low <= result.ratio <= result.ci_high
+
+
+@pytest.mark.parametrize("repeat", range(3))
+def test_identical_candidate_measures_1x_and_fails_1_5x(busy_core, repeat):
+    result = measure.compare(matmuls(3), matmuls(3), target=1.5, budget_s=6)
+    assert 0.9 <= result.ratio <= 1.1, result.summary()
+    assert result.ci_high < 1.5, result.summary()
+
+
+def test_compare_restores_threads():
+    before = torch.get_num_threads()
+    measure.compare(matmuls(1), matmuls(1), threads=1, budget_s=0.5, min_pairs=4)
+    assert torch.get_num_threads() == before
+
+
+def test_time_callable_reports_median_of_known_sleep():
+    timing = measure.time_callable(lambda: time.sleep(0.01), min_run_time=0.2)
+    assert 0.0095 <= timing.median_s <= 0.013, timing.summary()
+    assert "per call" in timing.summary()
+
+
+def test_time_callable_excludes_warmup():
+    calls = []
+
+    def slow_first():
+        calls.append(1)
+        time.sleep(0.2 if len(calls) == 1 else 0.001)
+
+    assert measure.time_callable(slow_first, min_run_time=0.1).median_s < 0.01
+
+
+def test_peak_memory_of_200_mb_allocation_within_10_percent():
+    memory = measure.peak_memory(lambda: torch.ones(50 * 2**20))  # 50M floats = 200 MiB
+    assert 180 <= memory.peak_mb <= 220, memory.summary()
+
+
+def test_peak_memory_of_nothing_is_small():
+    assert measure.peak_memory(lambda: None).peak_mb < 5
+
+
+def test_flops_of_matmul_are_exact():
+    a, b = torch.randn(64, 128), torch.randn(128, 32)
+    assert measure.count_flops(lambda: a @ b) == 2 * 64 * 128 * 32
+
+
+def test_ceilings_are_positive_and_cached():
+    first = measure.ceilings()
+    assert first.fp32_flops > 1e8 and first.copy_bytes_per_s > 1e8
+    assert measure.ceilings() is first
+    assert "GFLOP/s" in first.summary()
+
+
+def test_median_interval_brackets_the_median():
+    import numpy as np
+
+    values = np.random.default_rng(0).normal(2.0, 0.1, 50)
+    low, high = measure.median_interval(values)
+    assert low < np.median(values) < high

@@ -1,0 +1,42 @@
+import subprocess
+import sys
+
+import pytest
+
+from ptcourse.course import cli
+
+
+def ptcourse(*args, **kwargs):
+    return subprocess.run(
+        [sys.executable, "-m", "ptcourse.course.cli", *args],
+        capture_output=True,
+        text=True,
+        **kwargs,
+    )
+
+
+def test_doctor_prints_machine_backends_and_tracks():
+    done = ptcourse("doctor")
+    assert done.returncode == 0, done.stderr
+    for needle in ("CPU flags", "CUDA", "dali", "torchao", "00-measuring-right", "track"):
+        assert needle in done.stdout
+
+
+@pytest.mark.parametrize("command", ["doctor", "data", "release", "run", "grade", "lab", "targets"])
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    assert done.value.code == 0
+    assert "usage: ptcourse" in capsys.readouterr().out
+
+
+def test_data_builds_and_verifies_smoke_datasets(tmp_path):
+    env = {**__import__("os").environ, "PTCOURSE_DATA": str(tmp_path)}
+    done = ptcourse("data", "--smoke", env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "inspection" in done.stdout and "headlines" in done.stdout
+    assert "verified" in done.stdout
+
+
+def test_grade_rejects_missing_folder(tmp_path):
+    assert ptcourse("grade", str(tmp_path / "nope")).returncode == 2

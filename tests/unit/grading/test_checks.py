@@ -1,0 +1,108 @@
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+from ptcourse.core.hardware import Track
+from ptcourse.grading import checks
+from ptcourse.grading.targets import Goal, Target
+
+CPU = Track("cpu", "unit test")
+ROW = Target("00", "unit_speedup", "cpu", "speedup", 1.5, 1.3, "2.0x", "1.0x", "test", "today")
+GOAL = Goal(ROW, CPU)
+X = torch.randn(192, 192)
+
+
+def work(count):
+    def run():
+        for _ in range(count):
+            X @ X
+
+    return run
+
+
+def test_failing_speedup_names_value_interval_target():
+    with pytest.raises(checks.CheckFailed) as failure:
+        checks.speedup(GOAL, work(2), work(2), points=2)
+    message = str(failure.value)
+    assert "speedup" in message and "95% CI" in message and "target ≥ 1.5" in message
+    assert "track cpu" in message
+
+
+def test_passing_speedup_returns_full_points():
+    assert checks.speedup(GOAL, work(4), work(2), points=2) == 2
+
+
+def test_partial_credit_between_floor_and_target():
+    assert checks.value(GOAL, lambda: 1.4, points=2) == pytest.approx(1.0)
+
+
+def test_lower_is_better_kind():
+    row = Target("00", "err", "cpu", "relative_error", 0.2, 0.6, "0.05", "0.9", "test", "today")
+    goal = Goal(row, CPU)
+    assert checks.value(goal, lambda: 0.1, points=1) == 1.0
+    assert checks.value(goal, lambda: 0.4, points=1) == pytest.approx(0.5)
+    with pytest.raises(checks.CheckFailed):
+        checks.value(goal, lambda: 0.7, points=1)
+
+
+def test_memory_ratio_of_two_callables():
+    row = Target("00", "mem", "cpu", "memory_ratio", 4.0, 1.5, "8x", "1x", "test", "today")
+    big = lambda: torch.ones(64, 2**20).sum()  # noqa: E731 — 256 MB
+    small = lambda: torch.ones(2**20).sum()  # noqa: E731
+    assert checks.memory(Goal(row, CPU), big, small, points=1) == 1.0
+
+
+def test_checks_never_write_to_stderr(capfd):
+    def noisy():
+        warnings.warn("deprecated thing", FutureWarning, stacklevel=2)
+        print("progress bar", file=sys.stderr)
+        os.write(2, b"C-level line\n")
+        return 1.4
+
+    checks.value(GOAL, noisy, points=1)
+    out, err = capfd.readouterr()
+    assert err == ""
+    assert "deprecated thing" in out and "C-level line" in out
+
+
+def test_results_are_recorded_for_the_report_card(tmp_path, monkeypatch):
+    path = tmp_path / "results.jsonl"
+    monkeypatch.setenv(checks.RESULTS_ENV, str(path))
+    checks.value(GOAL, lambda: 1.6, points=1)
+    assert '"check": "unit_speedup"' in path.read_text()
+
+
+def test_check_close_messages():
+    checks.check_close(torch.ones(3), torch.ones(3), atol=0, rtol=0)
+    with pytest.raises(checks.CheckFailed, match="shape"):
+        checks.check_close(torch.ones(2), torch.ones(3), atol=0, rtol=0)
+    with pytest.raises(checks.CheckFailed, match="max abs difference"):
+        checks.check_close(torch.ones(3), torch.zeros(3), atol=1e-3, rtol=0)
+
+
+def test_secret_seed_respects_environment(monkeypatch):
+    monkeypatch.setenv(checks.SEED_ENV, "1234")
+    assert checks.secret_seed() == 1234
+
+
+def test_importing_and_reloading_graders_is_silent():
+    """A hidden test cell's first lines must not write to stderr (nbgrader would score 0)."""
+    code = (
+        "from ptcourse.labs import fresh; lab = fresh('06'); "
+        "lab.measure.time_callable(lambda: None, min_run_time=0.05)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_fresh_undoes_redefinitions():
+    from ptcourse import labs
+
+    module = labs.module("06")
+    module.measure.compare = lambda *args, **kwargs: 100.0
+    reloaded = labs.fresh("06")
+    assert reloaded.measure.compare.__name__ == "compare"

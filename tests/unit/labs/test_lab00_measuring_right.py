@@ -1,0 +1,144 @@
+"""Unit tests of ptcourse.labs.lab00_measuring_right (fast: well under ten seconds in all)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from ptcourse.labs import lab00_measuring_right as ad
+
+
+def test_launch_returns_at_once_and_synchronize_waits() -> None:
+    with ad.SimulatedDevice() as dev:
+        start = time.perf_counter()
+        dev.launch(ad.kernel(0.05))
+        launched = time.perf_counter() - start
+        assert dev.pending == 1
+        dev.synchronize()
+        done = time.perf_counter() - start
+    assert launched < 0.01
+    assert done >= 0.05
+    assert dev.pending == 0
+
+
+def test_kernels_queue_up_back_to_back() -> None:
+    with ad.SimulatedDevice() as dev:
+        start = time.perf_counter()
+        for _ in range(3):
+            dev.launch(ad.kernel(0.05))
+        assert dev.pending == 3
+        dev.synchronize()
+        assert time.perf_counter() - start >= 0.15
+
+
+def test_events_time_the_device_not_the_host() -> None:
+    with ad.SimulatedDevice() as dev:
+        begin = dev.record()
+        dev.launch(ad.kernel(0.03))
+        dev.launch(ad.kernel(0.01))
+        end = dev.record()
+        assert not end.query()
+        with pytest.raises(RuntimeError):
+            begin.elapsed_time(end)
+        end.synchronize()
+        assert end.query()
+        assert begin.elapsed_time(end) == pytest.approx(40.0, abs=2.0)
+
+
+def test_callables_run_in_order_after_kernels() -> None:
+    ran: list[float] = []
+    with ad.SimulatedDevice() as dev:
+        start = time.perf_counter()
+        dev.launch(ad.kernel(0.03))
+        dev.launch(lambda: ran.append(time.perf_counter() - start))
+        dev.launch(ad.kernel(0.02))  # queued behind the callable
+        end = dev.record()
+        dev.synchronize()
+        total = time.perf_counter() - start
+        assert end.query()
+    assert len(ran) == 1 and ran[0] >= 0.03
+    assert total >= 0.05
+
+
+def test_errors_surface_at_synchronize_and_skip_later_work() -> None:
+    ran: list[int] = []
+    with ad.SimulatedDevice() as dev:
+        dev.launch(lambda: 1 / 0)  # returns normally: the error is not raised here
+        dev.launch(lambda: ran.append(1))
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            dev.synchronize()
+        dev.synchronize()  # reported once
+        dev.launch(lambda: ran.append(2))
+        dev.synchronize()
+    assert ran == [2]
+
+
+def test_close_is_idempotent_and_final() -> None:
+    dev = ad.SimulatedDevice("x")
+    dev.launch(ad.kernel(0.001))
+    dev.close()
+    dev.close()
+    assert "closed" in repr(dev)
+    with pytest.raises(RuntimeError):
+        dev.launch(ad.kernel(0.001))
+
+
+def test_kernel_rejects_negative_and_runs_synchronously() -> None:
+    with pytest.raises(ValueError):
+        ad.kernel(-1)
+    start = time.perf_counter()
+    ad.kernel(0.01)()
+    assert time.perf_counter() - start >= 0.01
+
+
+def test_warming_is_slow_for_its_first_calls_only() -> None:
+    work = ad.warming(0.08, 0.002, slow_calls=2)
+    times = []
+    for _ in range(6):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    assert min(times[:2]) >= 0.08
+    assert sorted(times[2:])[1] < 0.05  # robust to one call delayed by a busy machine
+
+
+def test_busy_cores_start_and_stop() -> None:
+    with ad.busy_cores(1, max_seconds=10) as procs:
+        assert len(procs) == 1 and procs[0].poll() is None
+    assert procs[0].poll() is not None
+    assert 1 <= ad.neighbours_for_contention() <= 15
+
+
+def _good_timer(fn, *, sync=lambda: None, warmup=3, repeats=20):
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _naive_timer(fn, *, sync=lambda: None, warmup=3, repeats=20):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def test_timer_error_separates_a_good_timer_from_a_naive_one(capsys) -> None:
+    dev = ad.SimulatedDevice()
+
+    def workload():
+        return (lambda: dev.launch(ad.kernel(0.01))), dev.synchronize
+
+    with dev:
+        good = ad.timer_error(_good_timer, workload, repeats=5, min_run_time=0.05)
+        naive = ad.timer_error(_naive_timer, workload, repeats=5, min_run_time=0.05)
+    assert good.error < 0.3
+    assert naive.error > 0.9
+    assert "relative error" in capsys.readouterr().out

@@ -1,0 +1,130 @@
+"""ptcourse.labs.lab03_mixed_precision: sizes per track, probes, cast counting, and the lab 03 checks telling a correct
+mixed-precision step from an fp32 one and from common mistakes (all on the CPU, smoke sizes)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ptcourse.grading import checks
+from ptcourse.labs import lab03_mixed_precision as amp
+
+
+@pytest.fixture(autouse=True)
+def smoke_basic(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    monkeypatch.setenv("PTCOURSE_TRACK", "cpu-basic")
+
+
+def bf16_step(model, optimizer, x, y):
+    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def pure_bf16_step(model, optimizer, x, y):
+    model.to(torch.bfloat16)  # no fp32 master weights
+    return amp.fp32_step(model, optimizer, x, y)
+
+
+def scaled_step(model, optimizer, scaler, x, y):
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def scaled_step_without_update(model, optimizer, scaler, x, y):
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    return loss.detach()
+
+
+def fp32_ignoring_scaler(model, optimizer, scaler, x, y):
+    return amp.fp32_step(model, optimizer, x, y)
+
+
+def test_sizes_keep_realistic_timed_steps_where_speed_is_graded():
+    for track in ("cpu", "cuda"):
+        s = amp.sizes(track)
+        assert s.text.d_model >= 128 and s.image.arch == "resnet18"
+    basic = amp.sizes("cpu-basic")
+    assert basic.image.arch == "tiny_cnn" and basic.train == amp.sizes("cpu").train
+    assert "smoke" in basic.summary()
+
+
+def test_probe_sees_autocast_dtypes():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    with amp.Probe(model) as probe:
+        model(x)
+    assert probe.fraction(torch.float32) == 1.0
+    with amp.Probe(model) as probe, torch.autocast("cpu", dtype=torch.bfloat16):
+        model(x)
+    assert probe.fraction(torch.bfloat16) == 1.0 and len(probe.dtypes) == 2
+    model(x)  # hooks are gone after the block
+    assert len(probe.dtypes) == 2
+    assert amp.Probe(model).fraction(torch.bfloat16) == 0.0
+
+
+def test_autocast_recasts_weights_per_block_only():
+    mlp = amp.weight_heavy_mlp(16, 64)
+    xs = [torch.randn(2, 16) for _ in range(3)]
+
+    def separate():
+        for x in xs:
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                mlp(x)
+
+    def together():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            for x in xs:
+                mlp(x)
+
+    weights_and_biases = 6
+    assert amp.count_casts(separate).count == 3 * (weights_and_biases + 1)
+    assert amp.count_casts(together).count == weights_and_biases + 3
+    assert amp.count_casts(lambda: mlp(xs[0])).count == 0
+
+
+def test_underflow_rows_show_fp16_losing_gradients_and_scaling_keeping_them():
+    rows = {(r.loss_weight, r.precision): r for r in amp.underflow_rows(weights=(1e-4,))}
+    assert rows[(1e-4, "fp16")].lost > 0.1
+    assert rows[(1e-4, "fp16 + scale")].lost < 0.01
+    assert rows[(1e-4, "bf16")].lost == 0.0
+
+
+def test_amp_step_report_tells_mixed_precision_from_fp32_and_pure_bf16():
+    good = amp.amp_step_report(bf16_step, seed=3)
+    assert good.score == 1.0, good.summary()
+    assert amp.amp_step_report(amp.fp32_step, seed=3).score == 0.0
+    pure = amp.amp_step_report(pure_bf16_step, seed=3)
+    assert pure.lowp_fraction == 1.0 and pure.score < 0.5, pure.summary()
+
+
+def test_scaled_step_report_needs_scaler_step_and_update():
+    assert amp.scaled_step_report(scaled_step, seed=4).score == 1.0
+    assert amp.scaled_step_report(scaled_step_without_update, seed=4).score == 0.75
+    assert amp.scaled_step_report(fp32_ignoring_scaler, seed=4).score == 0.0
+
+
+def test_scale_history_backs_off_then_grows():
+    history = amp.scale_history(scaled_step, steps=10, init_scale=2.0**24, growth_interval=3)
+    assert history.skipped[0] and history.scales[1] == 2.0**23
+    assert any(b > a for a, b in zip(history.scales, history.scales[1:], strict=False))
+
+
+def test_grade_speed_on_basic_cpu_grades_autocast_not_speed(capsys):
+    assert amp.grade_speed("text", bf16_step, points=3, seed=5) == 3
+    assert "not graded here" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed):
+        amp.grade_speed("image", amp.fp32_step, points=3, seed=5)

@@ -1,0 +1,142 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from rss_probe import run_pinned
+
+from ptcourse.core import measure
+from ptcourse.labs import lab04_grad_accumulation as accumulation
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: a second OpenMP thread only stalls on a shared 2-core machine."""
+    with measure.pinned_threads(1):
+        yield
+
+
+def _accumulate(model, loss_fn, x, y, accum_steps, scaler=None):
+    """A correct accumulated step (the lab's exercise), for testing the helpers."""
+    total = 0.0
+    for xb, yb in zip(x.tensor_split(accum_steps), y.tensor_split(accum_steps), strict=True):
+        if len(xb) == 0:
+            continue
+        with torch.autocast(x.device.type, enabled=scaler is not None):
+            loss = loss_fn(model(xb), yb) * (len(xb) / len(x))
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        total += loss.item()
+    return total
+
+
+def _summed_not_scaled(model, loss_fn, x, y, accum_steps, scaler=None):
+    """The classic bug: the micro-batch losses are not divided by accum_steps."""
+    for xb, yb in zip(x.chunk(accum_steps), y.chunk(accum_steps), strict=True):
+        loss_fn(model(xb), yb).backward()
+    return 0.0
+
+
+def test_conv_net_has_batchnorm_only_when_asked():
+    plain = accumulation.conv_net(channels=4)
+    with_bn = accumulation.conv_net(channels=4, batchnorm=True)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in plain.modules())
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in with_bn.modules()) == 5
+    assert plain(torch.randn(2, 3, 16, 16)).shape == (2, 4)
+    assert with_bn(torch.randn(2, 3, 16, 16)).shape == (2, 4)
+
+
+def test_seeded_models_are_equal_and_leave_the_global_rng_alone():
+    state = torch.get_rng_state()
+    a = accumulation.seeded(lambda: accumulation.conv_net(4), 7)
+    b = accumulation.seeded(lambda: accumulation.conv_net(4), 7)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def test_accumulated_gradients_match_the_full_batch_and_bugs_do_not():
+    model = accumulation.seeded(lambda: accumulation.conv_net(4), 0)
+    x, y = accumulation.images(10, 12, generator=torch.Generator().manual_seed(0))
+    full, full_loss = accumulation.grads_after(
+        accumulation.full_batch_step, model, F.cross_entropy, x, y
+    )
+    got, loss = accumulation.grads_after(_accumulate, model, F.cross_entropy, x, y, 4)
+    assert accumulation.max_abs_difference(got, full) < 1e-5
+    assert abs(loss - full_loss) < 1e-5
+    wrong, _ = accumulation.grads_after(_summed_not_scaled, model, F.cross_entropy, x, y, 2)
+    assert accumulation.relative_difference(wrong, full) > 0.5
+
+
+def test_batchnorm_breaks_the_equivalence():
+    model = accumulation.seeded(lambda: accumulation.conv_net(4, batchnorm=True), 0)
+    x, y = accumulation.images(16, 12, generator=torch.Generator().manual_seed(0))
+    full, _ = accumulation.grads_after(accumulation.full_batch_step, model, F.cross_entropy, x, y)
+    got, _ = accumulation.grads_after(_accumulate, model, F.cross_entropy, x, y, 4)
+    assert accumulation.relative_difference(got, full) > 1e-3
+
+
+def test_amp_check_passes_a_correct_step_and_catches_missing_autocast():
+    good = accumulation.amp_check(_accumulate, batch=16)
+    assert good.relative_error < 3e-2 and good.dtype_seen == good.expected_dtype
+    assert abs(good.loss - good.expected_loss) < 1e-2
+    bad = accumulation.amp_check(_summed_not_scaled, batch=16)
+    assert bad.dtype_seen == torch.float32 and bad.relative_error > 0.5
+
+
+RSS_PROBE = """
+import json, sys
+import torch
+import torch.nn.functional as F
+from ptcourse.core import measure
+from ptcourse.labs import lab04_grad_accumulation as accumulation
+pinned = measure.rss_follows_tensors()
+torch.set_num_threads(1)
+model = accumulation.seeded(lambda: accumulation.conv_net(16), 0)
+x, y = accumulation.images(64, 32, generator=torch.Generator().manual_seed(0))
+
+def step(k):
+    model.zero_grad(set_to_none=True)
+    for xb, yb in zip(x.chunk(k), y.chunk(k)):
+        (F.cross_entropy(model(xb), yb) / k).backward()
+
+for k in (1, 4, 2, 1):  # history: big steps first, as a notebook would
+    step(k)
+peaks = {1: [], 4: []}
+for k in (1, 4, 4, 1, 1, 4):
+    peaks[k].append(measure.peak_memory(lambda: step(k)).peak_bytes)
+print(json.dumps({"pinned": pinned, "peaks": peaks}))
+"""
+
+
+def test_pinned_rss_peaks_repeat_in_either_order():
+    result = run_pinned(RSS_PROBE)
+    one, four = result["peaks"]["1"], result["peaks"]["4"]
+    mb = 2**20
+    assert max(one) - min(one) < 2 * mb and max(four) - min(four) < 2 * mb, result
+    assert min(one) > 3 * max(four), result  # 4 micro-batches: about 4x less
+
+
+def test_teacher_task_is_learnable_and_train_sgd_lines_up_by_samples():
+    x, y = accumulation.teacher_task(1024, seed=0)
+    test = accumulation.teacher_task(512, seed=1)
+    assert torch.equal(x, accumulation.teacher_task(1024, seed=0)[0])
+    assert len(torch.unique(y)) == 4
+    model = accumulation.seeded(accumulation.mlp, 0)
+    curve = accumulation.train_sgd(
+        model, _accumulate, x, y, batch=32, accum_steps=2, lr=0.4, samples=2048, test=test
+    )
+    assert curve["samples"][0] == 0 and curve["samples"][-1] == 2048
+    assert curve["accuracy"][-1] > curve["accuracy"][0] + 0.2
+
+
+def test_step_variants_and_amp_table_run_on_cpu():
+    model = accumulation.mlp(16, 32)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    variants = accumulation.step_variants(model, _accumulate, x, y, 4)
+    assert set(variants) == {"small steps", "accumulated", "big batch"}
+    for run in variants.values():
+        run()
+    rows = accumulation.amp_training_table(
+        _accumulate, "cpu", batch=8, image=8, channels=2, accum=(1, 2), min_run_time=0.01
+    )
+    assert [(r.precision, r.accum_steps) for r in rows] == [
+        ("fp32", 1), ("fp32", 2), ("amp", 1), ("amp", 2)
+    ]  # fmt: skip
+    assert all(r.ms_per_sample > 0 and r.loss == r.loss for r in rows)

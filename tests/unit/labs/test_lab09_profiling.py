@@ -1,0 +1,124 @@
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ptcourse.core import measure
+from ptcourse.labs import lab09_profiling as profiling
+
+SMALL = profiling.Sizes(rows=4096, dim=16, batch=16, length=12)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    with measure.pinned_threads(1):
+        yield
+
+
+def test_vectorised_hashing_gives_the_loops_features():
+    tokens, _ = profiling.batch(SMALL, seed=0)
+    tokens[0, 5:] = 0  # a short headline
+    slow = profiling.hash_features_loop(tokens, SMALL.rows)
+    fast = profiling.hash_features(tokens, SMALL.rows)
+    assert slow.shape == fast.shape == (SMALL.batch, 2 * SMALL.length - 1)
+    for a, b in zip(slow, fast, strict=True):
+        assert torch.equal(a[a != 0].sort().values, b[b != 0].sort().values)
+    assert int(slow.max()) < SMALL.rows and int(slow[slow != 0].min()) >= 1
+
+
+def test_fixed_step_trains_like_the_slow_step_and_wrong_fixes_do_not():
+    ok = profiling.same_training(profiling.fixed_setup, profiling.fixed_step, seed=3, size=SMALL)
+    assert ok.ok and ok.embedding_sparse, ok.summary()
+    same = profiling.same_training(profiling.slow_setup, profiling.slow_step, seed=3, size=SMALL)
+    assert same.ok and same.grad_error == 0
+
+    def adam(model, lr):
+        return torch.optim.Adam(model.parameters(), lr=lr)
+
+    def summed(model, opt, tokens, labels):
+        ids = profiling.hash_features(tokens, model.embedding.num_embeddings)
+        loss = F.cross_entropy(model(ids), labels, reduction="sum")
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item() / len(labels)
+
+    def unigrams_only(model, opt, tokens, labels):
+        rows = model.embedding.num_embeddings
+        loss = F.cross_entropy(model(torch.where(tokens != 0, tokens % (rows - 1) + 1, 0)), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for setup, step in [
+        (adam, profiling.fixed_step),
+        (profiling.fixed_setup, summed),
+        (profiling.fixed_setup, unigrams_only),
+    ]:
+        result = profiling.same_training(setup, step, seed=3, size=SMALL)
+        assert not result.ok, result.summary()
+
+
+def test_profile_is_quiet_and_names_the_slow_steps_parts(tmp_path, capfd):
+    run = profiling.trainer(profiling.slow_setup, profiling.slow_step, SMALL, seed=0)
+    trace = tmp_path / "trace.json"
+    prof = profiling.profile_steps(run, trace_path=trace)
+    assert capfd.readouterr().err == ""
+    found = profiling.diagnosis(prof)
+    assert found.op_share(found.top_op) == 1.0
+    assert found.op_share("not an op") == 0.0 and found.op_share(None) == 0.0
+    assert found.op_share(found.top_op.removeprefix("aten::")) == 1.0
+    assert set(found.stage_ms) == set(profiling.STAGES) and all(found.stage_ms.values())
+    assert found.shape_and_stage(found.top_shapes[found.top_op], found.top_stage) == 1.0
+    assert found.shape_and_stage((1, 2), "nowhere") == 0.0
+    assert found.shape_and_stage("nonsense", found.top_stage) == 0.5
+    spans = profiling.trace_spans(trace)
+    assert [s.name for s in spans] == list(profiling.STAGES)
+    features = spans[0]
+    assert features.outside_ops_ms > features.in_ops_ms  # the Python loop
+    assert json.loads(trace.read_text())["traceEvents"]
+    assert profiling.step_wall_ms(prof) > 0
+
+
+def test_dense_table_gradient_dominates_the_slow_step_at_lab_size():
+    size = profiling.sizes()
+    found = profiling.diagnose(seed=1, size=size)
+    assert found.top_shapes[found.top_op] == (size.rows, size.dim), found.summary()
+    assert found.top_stage == "backward", found.summary()
+
+
+def test_embedding_updates_dense_sparse_and_adam():
+    ids = torch.randint(1, 512, (8, 10))
+    for sparse, opt in [(False, "sgd"), (True, "sgd"), (False, "adam"), (True, "sparse_adam")]:
+        profiling.embedding_update(512, 8, ids, sparse, opt)()
+    with pytest.raises(RuntimeError, match="sparse"):
+        profiling.embedding_update(512, 8, ids, True, "adam")()
+
+
+def test_gpu_busy_sums_device_events_by_kind():
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def event(name, us, device=cuda, annotation=False):
+        span = SimpleNamespace(elapsed_us=lambda: us)
+        return SimpleNamespace(
+            name=name, device_type=device, time_range=span, is_user_annotation=annotation
+        )
+
+    prof = SimpleNamespace(
+        events=lambda: [
+            event("void gemm_kernel", 6000),
+            event("Memcpy HtoD (Pageable -> Device)", 500),
+            event("Memcpy DtoH (Device -> Pageable)", 250),
+            event("Memset (Device)", 250),
+            event("cudaLaunchKernel", 9000, cpu),
+            event("ProfilerStep#2", 9000, annotation=True),
+        ]
+    )
+    busy = profiling.gpu_busy(prof, wall_ms=10.0)
+    assert busy.kernel_ms == 6.0 and busy.h2d_ms == 0.5 and busy.d2h_ms == 0.25
+    assert busy.utilisation == pytest.approx(0.6)
+    assert busy.copy_share == pytest.approx(1.0 / 7.0)
+    assert "60%" in busy.summary()
