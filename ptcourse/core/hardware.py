@@ -25,7 +25,9 @@ BACKENDS: dict[str, str] = {
     "onnxruntime": "onnxruntime",
     "torchao": "torchao",
 }
+# The flags the labs care about: vector width, fast bf16, fast int8 (VNNI / AMX).
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+INT8_FLAGS = ("avx2", "avx_vnni", "avx512_vnni", "amx_int8")
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,13 @@ def _cpu_info() -> tuple[str, tuple[str, ...]]:
                     break
     except OSError:
         pass
-    return model, tuple(flag for flag in CPU_FLAGS if flag in flags)
+    known = dict.fromkeys(CPU_FLAGS + INT8_FLAGS)
+    return model, tuple(flag for flag in known if flag in flags)
+
+
+def cpu_flags() -> tuple[str, ...]:
+    """Which of :data:`CPU_FLAGS` and :data:`INT8_FLAGS` this CPU advertises (/proc/cpuinfo)."""
+    return _cpu_info()[1]
 
 
 def usable_threads() -> int:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ptcourse.assets import datasets, models
+from ptcourse.assets import datasets, models, text
 from ptcourse.core import hardware, measure
 from ptcourse.grading import checks
 from ptcourse.core.quiet import captured_stderr
@@ -159,11 +159,11 @@ class TextProblem:
 @functools.cache
 def _text_problem(seq_len: int, smoke: bool) -> TextProblem:
     (train_texts, train_labels), (test_texts, test_labels) = datasets.headline_splits(smoke)
-    vocab = datasets.Vocab.build(train_texts, max_size=2000 if smoke else 5000)
+    vocab = text.Vocab.build(train_texts, max_size=2000 if smoke else 5000)
     return TextProblem(
-        datasets.encode_batch(train_texts, vocab, seq_len),
+        text.encode_batch(train_texts, vocab, seq_len),
         torch.tensor(train_labels),
-        datasets.encode_batch(test_texts, vocab, seq_len),
+        text.encode_batch(test_texts, vocab, seq_len),
         torch.tensor(test_labels),
         len(vocab),
         seq_len,

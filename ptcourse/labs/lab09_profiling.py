@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from ptcourse.assets import datasets
+from ptcourse.assets import datasets, text
 from ptcourse.core import measure
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.grading.targets import CPU_VM, Target
@@ -99,8 +99,8 @@ def build_model(size: Sizes | None = None, seed: int = 0) -> BagClassifier:
 @functools.cache
 def _encoded(length: int) -> tuple[Tensor, Tensor]:
     (texts, labels), _ = datasets.headline_splits()
-    vocab = datasets.Vocab.build(texts)
-    return datasets.encode_batch(texts, vocab, length), torch.tensor(labels)
+    vocab = text.Vocab.build(texts)
+    return text.encode_batch(texts, vocab, length), torch.tensor(labels)
 
 
 def batches(
@@ -143,7 +143,7 @@ def hash_features_loop(tokens: Tensor, rows: int) -> Tensor:
 def hash_features(tokens: Tensor, rows: int) -> Tensor:
     """The same feature ids as :func:`hash_features_loop` (as a multiset per row), vectorised.
 
-    Padding (id 0) is only at the end of each row, as ``datasets.Vocab.encode`` writes it.
+    Padding (id 0) is only at the end of each row, as ``text.Vocab.encode`` writes it.
     """
     unigrams = torch.where(tokens != 0, tokens % (rows - 1) + 1, 0)
     a, b = tokens[:, :-1], tokens[:, 1:]

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ptcourse.assets import datasets, models, onnx_runtime
+from ptcourse.assets import datasets, models, onnx_runtime, text
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import is_smoke
 from ptcourse.grading.targets import CPU_VM, Target
@@ -58,7 +58,7 @@ CONFIG = Config()
 class Headlines:
     """The encoded ``headlines`` split: (N, length) token ids and (N,) class indices."""
 
-    vocab: datasets.Vocab
+    vocab: text.Vocab
     x_train: Tensor
     y_train: Tensor
     x_test: Tensor
@@ -72,12 +72,12 @@ def _smoke(smoke: bool | None) -> bool:
 @functools.cache
 def _headlines(smoke: bool, vocab_size: int, length: int) -> Headlines:
     (train, y_train), (test, y_test) = datasets.headline_splits(smoke)
-    vocab = datasets.Vocab.build(train, max_size=vocab_size)
+    vocab = text.Vocab.build(train, max_size=vocab_size)
     return Headlines(
         vocab,
-        datasets.encode_batch(train, vocab, length),
+        text.encode_batch(train, vocab, length),
         torch.tensor(y_train),
-        datasets.encode_batch(test, vocab, length),
+        text.encode_batch(test, vocab, length),
         torch.tensor(y_test),
     )
 

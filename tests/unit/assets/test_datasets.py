@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from ptcourse.assets import datasets
+from ptcourse.assets import datasets, text
 
 
 @pytest.fixture(scope="module")
@@ -145,13 +145,13 @@ def test_headlines_load_and_split(built):
 
 def test_headlines_full_vocabulary_and_label_noise():
     texts, labels, truth = datasets.generate_headlines(datasets.SIZES["headlines"]["full"], seed=1)
-    assert len(datasets.Vocab.build(texts)) >= 5000
+    assert len(text.Vocab.build(texts)) >= 5000
     noise = sum(y != t for y, t in zip(labels, truth, strict=True)) / len(labels)
     assert 0.04 < noise < 0.08
 
 
 def test_vocab_round_trip_and_padding():
-    vocab = datasets.Vocab.build(["Stocks rise 2.5%", "stocks fall", "Oil rises"])
+    vocab = text.Vocab.build(["Stocks rise 2.5%", "stocks fall", "Oil rises"])
     assert len(vocab) == 2 + len({"stocks", "rise", "2", ".", "5", "%", "fall", "oil", "rises"})
     ids = vocab.encode("Stocks rise", 5)
     assert ids[2:] == [vocab.PAD] * 3 and vocab.UNK not in ids
@@ -159,7 +159,18 @@ def test_vocab_round_trip_and_padding():
     assert vocab.encode("gold rises sharply", 4) == [vocab.UNK, vocab.stoi["rises"], 1, 0]
     assert vocab.encode("stocks " * 10, 3) == [vocab.stoi["stocks"]] * 3
     assert vocab.stoi["stocks"] == 2  # most frequent word comes first
-    assert len(datasets.Vocab.build(["a b c d e"], max_size=4)) == 4
-    batch = datasets.encode_batch(["stocks rise", "oil"], vocab, 6)
+    assert len(text.Vocab.build(["a b c d e"], max_size=4)) == 4
+    batch = text.encode_batch(["stocks rise", "oil"], vocab, 6)
     assert batch.dtype == torch.long and batch.shape == (2, 6)
     assert batch[1].tolist() == vocab.encode("oil", 6)
+
+
+def test_inspection_tensors_normalise_per_image_or_per_channel(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    x, y, x_test, _ = datasets.inspection_tensors(16, "image")
+    assert x.shape[1:] == (3, 16, 16) and len(x) == len(y)
+    assert torch.allclose(x.mean(dim=(1, 2, 3)), torch.zeros(len(x)), atol=1e-5)
+    xc, _, _, _ = datasets.inspection_tensors(16, "channel")
+    assert torch.allclose(xc.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-4)
+    with pytest.raises(ValueError):
+        datasets.inspection_tensors(16, "pixel")
