@@ -17,7 +17,7 @@ import math
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -249,6 +249,63 @@ def compare(
         target=target,
         ratios=tuple(ratios),
     )
+
+
+def compare_many(
+    baseline: Callable[[], Any],
+    candidates: Mapping[str, Callable[[], Any]],
+    *,
+    threads: int | None = 1,
+    budget_s: float | None = None,
+    min_rounds: int = 8,
+    max_rounds: int = 400,
+    block_s: float | None = None,
+) -> dict[str, Speedup]:
+    """Time the baseline and several candidates in one interleaved run; each one's speedup.
+
+    Every round times each callable once, in an order that rotates from round to round (B C R,
+    C R B, R B C, …), so all of them share the machine's state; a candidate's ratio in a round is
+    the baseline's time over its own. Sampling stops after ``min_rounds`` once every interval is
+    narrower than 10% of its median, or when ``budget_s`` is spent.
+    """
+    budget_s = pick(20.0, 6.0) if budget_s is None else budget_s
+    block_s = pick(0.05, 0.02) if block_s is None else block_s
+    names = ["baseline", *candidates]
+    fns = [baseline, *candidates.values()]
+    with pinned_threads(threads):
+        for _ in range(2):  # first calls in a process run cold
+            for fn in fns:
+                fn()
+        calls = [_calls_per_block(fn, block_s) for fn in fns]
+        rounds: list[list[float]] = []
+        start = time.perf_counter()
+        while len(rounds) < max_rounds:
+            order = [(len(rounds) + k) % len(fns) for k in range(len(fns))]
+            times = [0.0] * len(fns)
+            for i in order:
+                times[i] = _block(fns[i], calls[i])
+            rounds.append(times)
+            spent = time.perf_counter() - start
+            if len(rounds) >= min_rounds and (spent > budget_s or _all_settled(rounds)):
+                break
+    table = np.asarray(rounds)
+    elapsed = time.perf_counter() - start
+    result = {}
+    for i, name in enumerate(names[1:], start=1):
+        ratios = table[:, 0] / table[:, i]
+        low, high = median_interval(ratios)
+        result[name] = Speedup(
+            ratio=float(np.median(ratios)), ci_low=low, ci_high=high, pairs=len(ratios),
+            baseline_s=float(np.median(table[:, 0])), candidate_s=float(np.median(table[:, i])),
+            threads=threads or torch.get_num_threads(), device=device_name(),
+            elapsed_s=elapsed, ratios=tuple(float(r) for r in ratios),
+        )  # fmt: skip
+    return result
+
+
+def _all_settled(rounds: list[list[float]]) -> bool:
+    table = np.asarray(rounds)
+    return all(_settled(list(table[:, 0] / table[:, i]), None, 0) for i in range(1, table.shape[1]))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ reaches stderr: nbgrader would score the cell 0 for it. Hidden test cells start 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -170,6 +171,56 @@ def value(goal: Goal, measure_value: Callable[[], float], *, points: float) -> f
     with captured_stderr() as noise:
         measured = float(measure_value())
     return score(goal, measured, points=points, noise=noise)
+
+
+# Machine-relative speed: full credit at the floor plus this share of the reference's gain above
+# it (never above the row's target); a correct answer timed in the same run as the reference
+# lands within a few percent of it.
+REFERENCE_SHARE = 0.7
+
+
+def relative_speedup(
+    goal: Goal,
+    baseline: Callable[[], Any],
+    reference: Callable[[], Any],
+    candidate: Callable[[], Any],
+    *,
+    points: float,
+    not_gradable: Callable[[str], float] | None = None,
+    threads: int = 1,
+) -> float:
+    """Grade the candidate's speedup relative to what the reference solution reaches here.
+
+    Baseline, reference and candidate are timed in one interleaved run. Where the reference's
+    interval reaches the row's floor (a baseline copy can land there), speed cannot be graded on
+    this machine: the check says so and returns ``not_gradable(reason)`` (what the lab grades
+    instead, e.g. the technique in effect), or raises if the lab gave nothing.
+    """
+    row = goal.row
+    with captured_stderr() as noise:
+        timed = measure.compare_many(
+            baseline, {"reference": reference, "candidate": candidate}, threads=threads
+        )
+    ref, cand = timed["reference"], timed["candidate"]
+    seen = f"reference solution here {ref.ratio:.2f}x (95% CI {ref.ci_low:.2f}–{ref.ci_high:.2f}x)"
+    if ref.ci_low <= row.floor:
+        reason = (
+            f"[lab {row.lab} · {row.check}] speed is not gradable on this machine: the {seen} "
+            f"does not clear {row.floor:g}x, where a copy of the baseline can land"
+        )
+        print(reason)
+        if not_gradable is None:
+            raise CheckFailed(reason)
+        return not_gradable(reason)
+    target = min(row.target, row.floor + REFERENCE_SHARE * (ref.ratio - row.floor))
+    here = Goal(dataclasses.replace(row, target=round(target, 3)), goal.track)
+    detail = (
+        f"{cand.summary()}\n  {seen}: full credit at {target:.3g}x = the floor {row.floor:g}x + "
+        f"{REFERENCE_SHARE:.0%} of the reference's gain (at most the target {row.target:g}x "
+        f"measured on {row.measured_on})"
+    )
+    interval = (cand.ci_low, cand.ci_high)
+    return score(here, cand.ratio, points=points, interval=interval, detail=detail, noise=noise)
 
 
 # Until every lab module grades through its own ``check_*`` functions, hidden cells written

@@ -106,3 +106,34 @@ def test_fresh_undoes_redefinitions():
     module.measure.compare = lambda *args, **kwargs: 100.0
     reloaded = labs.fresh("06")
     assert reloaded.measure.compare.__name__ == "compare"
+
+
+def test_relative_speedup_gives_full_credit_to_the_reference_and_none_to_a_baseline_copy():
+    row = Target("00", "rel", "cpu", "speedup", 3.0, 1.3, "4x", "1x", "test", "today")
+    goal = Goal(row, CPU)
+    assert checks.relative_speedup(goal, work(4), work(2), work(2), points=2) == 2
+    with pytest.raises(checks.CheckFailed, match="reference solution here"):
+        checks.relative_speedup(goal, work(4), work(2), work(4), points=2)
+
+
+def test_relative_speedup_target_follows_the_reference_and_is_capped(capsys):
+    row = Target("00", "rel", "cpu", "speedup", 1.5, 1.2, "4x", "1x", "test", "today")
+    checks.relative_speedup(Goal(row, CPU), work(6), work(2), work(2), points=1)
+    assert "full credit at 1.5x" in capsys.readouterr().out  # 1.2 + 0.7 * (3 - 1.2) > 1.5
+
+
+def test_relative_speedup_says_when_the_reference_does_not_separate():
+    row = Target("00", "rel", "cpu", "speedup", 1.5, 1.3, "2x", "1x", "test", "today")
+    goal = Goal(row, CPU)
+    reasons = []
+    earned = checks.relative_speedup(
+        goal,
+        work(2),
+        work(2),
+        work(2),
+        points=3,
+        not_gradable=lambda why: reasons.append(why) or 1.5,
+    )
+    assert earned == 1.5 and "not gradable on this machine" in reasons[0]
+    with pytest.raises(checks.CheckFailed, match="not gradable"):
+        checks.relative_speedup(goal, work(2), work(2), work(2), points=3)
