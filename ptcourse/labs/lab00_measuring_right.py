@@ -1,4 +1,4 @@
-"""Simulations for lab 00 (measuring right) that behave the same on every machine.
+"""Lab 00 (measuring right): simulations that behave the same on every machine, and the graders.
 
 * :class:`SimulatedDevice` — an asynchronous "device" for the CPU track.
   :meth:`~SimulatedDevice.launch` queues work and returns at once, as a CUDA kernel launch
@@ -13,8 +13,12 @@
   CPU to another thread (a thread-based queue was, by 5-15 ms, on a loaded 2-core machine).
 * :func:`busy_cores` — start CPU-bound neighbour processes for a while, to show what a shared
   machine does to a measurement.
-* :func:`timer_error` — what lab 00's hidden tests grade: how far a student's timer lands from
+* :func:`baseline_time_it` — the naive timer the lab starts from (one call, no warm-up, no sync).
+* :func:`timer_error` — what the timer checks grade: how far a student's timer lands from
   ptcourse's own measurement of the same workload.
+* ``check_time_it_compute``, ``check_time_it_warmup``, ``check_time_it_async`` (a student's
+  ``time_it`` on workloads of secret size or duration) and ``check_roofline`` (the roofline
+  functions on secret sizes, precisions and ceilings): one per hidden test cell.
 """
 
 from __future__ import annotations
@@ -32,10 +36,77 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
-from ptcourse.core import measure
+from ptcourse.core import hardware, lineup, measure
 from ptcourse.core.smoke import pick
-from ptcourse.grading.targets import CPU_VM, Target
+from ptcourse.grading import checks, targets
+from ptcourse.grading.targets import Target
+
+LAB = lineup.lab("00")
+
+# The timer checks grade how far a student's timer lands from ptcourse's own measurement
+# (timer_error: median over 3 rounds of the relative distance from the reference's quartile
+# interval); the roofline check grades the fraction of 10 answers that are right. Measured with
+# SCRIPT --runs 5 at full and at smoke size (secret seeds 0-4), while other sessions kept the
+# machine's load average between 2 and 16.
+MEASURED_ON = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
+SCRIPT = "tools/measure/lab00_measuring_right.py"
+RUNS = f"{SCRIPT}: 5 runs each"
+TARGETS: tuple[Target, ...] = (
+    Target("00", "time_it_compute", "cpu", "relative_error", 0.3, 0.75,
+           f"{RUNS}: median 0, max 0 (full); median 0, max 0.249 (smoke); matmul n in "
+           "[448, 576], 1 thread",
+           "naive one-call timer: median 0, max 0.047 (full); median 0.036, max 0.231 (smoke) "
+           "(not meant to fail this check)", MEASURED_ON, "2026-12-03", SCRIPT),
+    Target("00", "time_it_warmup", "cpu", "relative_error", 0.3, 1.0,
+           f"{RUNS}: median 0.035, max 0.048 (full); median 0.079, max 0.153 (smoke)",
+           "naive timer: 1.91-6.05 (full), 2.12-4.14 (smoke)", MEASURED_ON, "2026-12-03", SCRIPT),
+    Target("00", "time_it_async", "cpu", "relative_error", 0.3, 0.6,
+           f"{RUNS}: median 0.003, max 0.136 (full); median 0.029, max 0.095 (smoke)",
+           "naive timer: 0.998-0.999 (full), 0.999 (smoke)", MEASURED_ON, "2026-12-03", SCRIPT),
+    Target("00", "roofline", "cpu", "score", 1.0, 0.0,
+           f"{RUNS}: 1.0 (10 of 10 answers; deterministic)",
+           "unanswered lab (the released cells): 0", "any machine (no timing)", "2026-12-03",
+           SCRIPT),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What lab 00 measures: the notebook's demonstrations and the timer checks' references."""
+
+    samples: int  # individual call times per noise condition (part 3)
+    noise_n: int  # matmul size for the noise measurements
+    softmax_shape: tuple[int, int]  # part 4
+    pairs: int  # blocks per variant in the changing-load experiment (exercise 3)
+    compare_budget_s: float  # time budget of each measure.compare in part 4
+    roof_n: int  # matmul size on the roofline
+    add_n: int  # elements of the add on the roofline (more than a last-level cache)
+    reference_run_s: float  # min_run_time of each of ptcourse's reference measurements
+
+    def __str__(self) -> str:
+        return (
+            f"{self.samples} samples of a {self.noise_n}² matmul, softmax {self.softmax_shape}, "
+            f"{self.pairs} pairs, roofline matmul {self.roof_n}² and add of {self.add_n:,}"
+        )
+
+
+def sizes(track: str | None = None) -> Sizes:
+    """The sizes for the current mode (smoke or full) on ``track`` (default: lab 00's here)."""
+    track = track or hardware.track_for(LAB).name
+    cuda = track == "cuda"
+    return Sizes(
+        samples=pick(300, 40),
+        noise_n=pick(256, 192),
+        softmax_shape=pick((512, 4096), (256, 4096)),
+        pairs=pick(30, 8),
+        compare_budget_s=pick(8.0, 1.0),
+        roof_n=4096 if cuda else 512,
+        add_n=2**26 if cuda else pick(2**24, 2**23),
+        reference_run_s=pick(0.5, 0.2),
+    )
+
 
 Work = Callable[[], Any]
 _STOP = object()
@@ -265,6 +336,22 @@ def neighbours_for_contention() -> int:
     return min(15, max(1, cores - 1))
 
 
+def baseline_time_it(
+    fn: Work, *, sync: Callable[[], Any] = lambda: None, warmup: int = 3, repeats: int = 20
+) -> float:
+    """The naive timer the lab starts from: one call, no warm-up, no synchronisation."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _format_seconds(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
 @dataclass(frozen=True)
 class TimerError:
     """A timer's answers against ptcourse's measurements of the same workload, round by round."""
@@ -279,7 +366,7 @@ class TimerError:
         return float(np.median(self.answers_s))
 
     def summary(self) -> str:
-        fmt = measure._fmt_time
+        fmt = _format_seconds
         lines = [
             f"  round {i + 1}: your timer {fmt(answer)} per call; ptcourse {fmt(low)}–{fmt(high)}"
             f" → relative error {error:.3g}"
@@ -296,6 +383,21 @@ def _relative_distance(value: float, low: float, high: float) -> float:
     if value > high:
         return (value - high) / high
     return 0.0
+
+
+def _reference_quartiles(
+    make_workload: Callable[[], tuple[Work, Work]], warmup: int, threads: int, min_run_time: float
+) -> tuple[float, float]:
+    """ptcourse's lower and upper quartile of ``fn(); sync()`` on a fresh workload."""
+    fn, sync = make_workload()
+
+    def call() -> None:
+        fn()
+        sync()
+
+    timing = measure.time_callable(call, threads=threads, warmup=warmup, min_run_time=min_run_time)
+    q25, q75 = np.percentile(np.asarray(timing.times_s or (timing.median_s,)), [25, 75])
+    return float(q25), float(q75)
 
 
 def timer_error(
@@ -317,30 +419,17 @@ def timer_error(
     upper quartile of the two references beside it — a busier machine widens that interval,
     and a change of load between them is not held against the timer — and the result is the
     median of the ``rounds`` relative distances, so one burst of load cannot decide it.
-    Everything runs at ``threads`` torch threads.
+    Everything runs at ``threads`` torch threads; ``min_run_time`` defaults to
+    ``sizes().reference_run_s``.
     """
-    min_run_time = pick(0.5, 0.2) if min_run_time is None else min_run_time
-
-    def reference() -> tuple[float, float]:
-        fn, sync = make_workload()
-
-        def call() -> None:
-            fn()
-            sync()
-
-        timing = measure.time_callable(
-            call, threads=threads, warmup=warmup, min_run_time=min_run_time
-        )
-        q25, q75 = np.percentile(np.asarray(timing.times_s or (timing.median_s,)), [25, 75])
-        return float(q25), float(q75)
-
-    previous = reference()
+    min_run_time = sizes().reference_run_s if min_run_time is None else min_run_time
+    previous = _reference_quartiles(make_workload, warmup, threads, min_run_time)
     answers, intervals, errors = [], [], []
     for _ in range(rounds):
         fn, sync = make_workload()
         with measure.pinned_threads(threads):
             answer = float(timer(fn, sync=sync, warmup=warmup, repeats=repeats))
-        following = reference()
+        following = _reference_quartiles(make_workload, warmup, threads, min_run_time)
         low, high = min(previous[0], following[0]), max(previous[1], following[1])
         answers.append(answer)
         intervals.append((low, high))
@@ -351,26 +440,117 @@ def timer_error(
     return result
 
 
-# One block per lab, filled from that lab's measurements.
-# Lab 00: the hidden tests grade how far a student's timer lands from ptcourse's own measurement
-# (async_device.timer_error: median over 3 rounds of the relative distance from the reference's
-# quartile interval). Measured 2026-12-02, 15 runs each at full and smoke size, with one busy
-# neighbour process plus other sessions' load (load average 2-10 on 2 cores).
-LAB00_TIMING = "reference rounds interleaved with ptcourse's measurement; 15 full + 15 smoke runs"
-TARGETS: tuple[Target, ...] = (
-    Target("00", "time_it_compute", "cpu", "relative_error", 0.3, 0.75,
-           "median 0, max 0.053 (full) / 0.036 (smoke): matmul n in [448, 576], 1 thread",
-           "naive one-call timer 0-0.27 (not meant to fail this check)",
-           f"{CPU_VM}; {LAB00_TIMING}", "2026-12-02"),
-    Target("00", "time_it_warmup", "cpu", "relative_error", 0.3, 1.0,
-           "median 0.021, max 0.041 (full); median 0.049, max 0.18 (smoke)",
-           "naive 2.7-6.1; median timer without warm-up 1.46-5.2",
-           f"{CPU_VM}; {LAB00_TIMING}", "2026-12-02"),
-    Target("00", "time_it_async", "cpu", "relative_error", 0.3, 0.6,
-           "median 0.036, max 0.13 (full); median 0.054, max 0.11 (smoke)",
-           "naive 0.998-0.999; timer without sync 0.9997",
-           f"{CPU_VM}; {LAB00_TIMING}", "2026-12-02"),
-    Target("00", "roofline", "cpu", "score", 1.0, 0.0,
-           "1.0 (10 of 10 answers; deterministic)", "unanswered lab: 0",
-           "any machine (no timing)", "2026-12-02"),
-)  # fmt: skip
+# ---------------------------------------------------------------------------------------------
+# The checks: one per hidden test cell. Each draws its workload from a secret seed.
+
+
+def check_time_it_compute(time_it: Callable[..., float], *, points: float) -> float:
+    """``time_it`` on a CPU matmul of a secret size (448-576), at 1 thread."""
+    gen = checks.secret_generator()
+    n = int(torch.randint(448, 577, (1,), generator=gen))
+    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+
+    def workload() -> tuple[Work, Work]:
+        return (lambda: torch.mm(a, b)), (lambda: None)
+
+    goal = targets.goal(TARGETS, "time_it_compute")
+    return checks.value(goal, lambda: timer_error(time_it, workload).error, points=points)
+
+
+def check_time_it_warmup(time_it: Callable[..., float], *, points: float) -> float:
+    """``time_it`` on a function whose first 5 calls (the warm-up asked for) are slow."""
+    gen = checks.secret_generator()
+    first = 0.04 + 0.02 * float(torch.rand(1, generator=gen))
+    steady = 0.006 + 0.006 * float(torch.rand(1, generator=gen))
+
+    def workload() -> tuple[Work, Work]:
+        return warming(first, steady, slow_calls=5), (lambda: None)
+
+    def error() -> float:
+        return timer_error(time_it, workload, warmup=5, repeats=9).error
+
+    return checks.value(targets.goal(TARGETS, "time_it_warmup"), error, points=points)
+
+
+def check_time_it_async(time_it: Callable[..., float], *, points: float) -> float:
+    """``time_it`` on an asynchronous kernel of a secret duration (10-20 ms)."""
+    gen = checks.secret_generator()
+    seconds = 0.010 + 0.010 * float(torch.rand(1, generator=gen))
+    with SimulatedDevice() as device:
+
+        def workload() -> tuple[Work, Work]:
+            return (lambda: device.launch(kernel(seconds))), device.synchronize
+
+        def error() -> float:
+            return timer_error(time_it, workload, repeats=15).error
+
+        return checks.value(targets.goal(TARGETS, "time_it_async"), error, points=points)
+
+
+def _close(value: Any, expected: float) -> bool:
+    return abs(float(value) - expected) <= 1e-6 * abs(expected)
+
+
+def _named(value: Any, expected: str) -> bool:
+    return str(value).strip().lower() == expected
+
+
+def _right(
+    judge: Callable[[Any, Any], bool],
+    expected: Any,
+    answer: Callable[..., Any],
+    *args: Any,
+    **kwargs: Any,
+) -> bool:
+    """Whether ``answer(*args, **kwargs)`` passes ``judge`` against ``expected``; an exception
+    raised by the student's code counts as a wrong answer."""
+    try:
+        return bool(judge(answer(*args, **kwargs), expected))
+    except Exception:
+        return False
+
+
+def roofline_answers(
+    matmul_intensity: Callable[..., float],
+    add_intensity: Callable[..., float],
+    bound: Callable[[float, Any], str],
+    gen: torch.Generator,
+) -> list[bool]:
+    """Ten answers, right or wrong, on sizes, precisions and ceilings drawn from ``gen``."""
+    results = []
+    for itemsize, dtype in ((4, torch.float32), (2, torch.bfloat16), (8, torch.float64)):
+        n = int(torch.randint(32, 8193, (1,), generator=gen))
+        a = torch.empty(n, n, dtype=dtype, device="meta")
+        expected = measure.count_flops(lambda a=a: torch.mm(a, a)) / (3 * a.nbytes)
+        results.append(_right(_close, expected, matmul_intensity, n, itemsize=itemsize))
+        v = torch.empty(n * n, dtype=dtype, device="meta")
+        expected = v.numel() / (3 * v.nbytes)
+        results.append(_right(_close, expected, add_intensity, n * n, itemsize=itemsize))
+    peak = 10 ** (9 + 5 * float(torch.rand(1, generator=gen)))
+    bandwidth = 10 ** (9 + 3 * float(torch.rand(1, generator=gen)))
+    ceilings = measure.Ceilings(
+        fp32_flops=peak, bf16_flops=peak, copy_bytes_per_s=bandwidth, threads=1, device="secret"
+    )
+    for factor in (0.1, 0.6, 1.7, 9.0):
+        expected = "compute" if factor >= 1 else "memory"
+        results.append(_right(_named, expected, bound, peak / bandwidth * factor, ceilings))
+    return results
+
+
+def check_roofline(
+    matmul_intensity: Callable[..., float],
+    add_intensity: Callable[..., float],
+    bound: Callable[[float, Any], str],
+    *,
+    points: float,
+) -> float:
+    """The three roofline functions on secret sizes, precisions and ceilings (partial credit)."""
+
+    def fraction() -> float:
+        results = roofline_answers(
+            matmul_intensity, add_intensity, bound, checks.secret_generator()
+        )
+        print(f"{sum(results)} of {len(results)} roofline answers correct")
+        return sum(results) / len(results)
+
+    return checks.value(targets.goal(TARGETS, "roofline"), fraction, points=points)

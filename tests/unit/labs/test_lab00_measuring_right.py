@@ -1,4 +1,6 @@
-"""Unit tests of ptcourse.labs.lab00_measuring_right (fast: well under ten seconds in all)."""
+"""Unit tests of ptcourse.labs.lab00_measuring_right: the simulated device (well under ten
+seconds) and the four graders on a right, a wrong and a baseline-equivalent answer (smoke size,
+fixed secret seed; about half a minute, the timer checks time real references)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import time
 
 import pytest
 
+from ptcourse.grading.checks import CheckFailed
 from ptcourse.labs import lab00_measuring_right as ad
 
 
@@ -124,12 +127,6 @@ def _good_timer(fn, *, sync=lambda: None, warmup=3, repeats=20):
     return statistics.median(times)
 
 
-def _naive_timer(fn, *, sync=lambda: None, warmup=3, repeats=20):
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def test_timer_error_separates_a_good_timer_from_a_naive_one(capsys) -> None:
     dev = ad.SimulatedDevice()
 
@@ -138,7 +135,109 @@ def test_timer_error_separates_a_good_timer_from_a_naive_one(capsys) -> None:
 
     with dev:
         good = ad.timer_error(_good_timer, workload, repeats=5, min_run_time=0.05)
-        naive = ad.timer_error(_naive_timer, workload, repeats=5, min_run_time=0.05)
+        naive = ad.timer_error(ad.baseline_time_it, workload, repeats=5, min_run_time=0.05)
     assert good.error < 0.3
     assert naive.error > 0.9
     assert "relative error" in capsys.readouterr().out
+
+
+def _timer_in_ms(fn, *, sync=lambda: None, warmup=3, repeats=20):
+    return 1e3 * _good_timer(fn, sync=sync, warmup=warmup, repeats=repeats)
+
+
+def _timer_without_warmup(fn, *, sync=lambda: None, warmup=3, repeats=20):
+    return _good_timer(fn, sync=sync, warmup=0, repeats=repeats)
+
+
+def _timer_without_sync(fn, *, sync=lambda: None, warmup=3, repeats=20):
+    return _good_timer(fn, warmup=warmup, repeats=repeats)
+
+
+@pytest.fixture
+def graded(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    monkeypatch.setenv("PTCOURSE_SECRET_SEED", "1234")
+    monkeypatch.delenv("PTCOURSE_RESULTS", raising=False)
+    monkeypatch.delenv("PTCOURSE_TRACK", raising=False)
+
+
+def test_sizes_follow_smoke_mode_and_track(monkeypatch) -> None:
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    smoke = ad.sizes("cpu")
+    monkeypatch.setenv("PTCOURSE_SMOKE", "0")
+    full = ad.sizes("cpu")
+    assert smoke.samples < full.samples and smoke.reference_run_s < full.reference_run_s
+    assert ad.sizes("cuda").roof_n > full.roof_n
+    assert "roofline matmul" in str(full)
+
+
+def test_compute_check_full_marks_for_a_right_timer(graded) -> None:
+    assert ad.check_time_it_compute(_good_timer, points=2) == 2
+
+
+def test_compute_check_fails_a_timer_in_milliseconds(graded) -> None:
+    with pytest.raises(CheckFailed, match="time_it_compute"):
+        ad.check_time_it_compute(_timer_in_ms, points=2)
+
+
+def test_compute_check_may_pass_the_naive_timer(graded) -> None:
+    # one call of a CPU matmul is about its median: the naive timer is not meant to fail here
+    try:
+        earned = ad.check_time_it_compute(ad.baseline_time_it, points=2)
+    except CheckFailed:
+        earned = 0.0
+    assert 0 <= earned <= 2
+
+
+def test_warmup_check_full_marks_for_a_right_timer(graded) -> None:
+    assert ad.check_time_it_warmup(_good_timer, points=2) == 2
+
+
+@pytest.mark.parametrize("timer", [ad.baseline_time_it, _timer_without_warmup])
+def test_warmup_check_fails_timers_that_time_the_first_calls(graded, timer) -> None:
+    with pytest.raises(CheckFailed, match="time_it_warmup"):
+        ad.check_time_it_warmup(timer, points=2)
+
+
+def test_async_check_full_marks_for_a_right_timer(graded) -> None:
+    assert ad.check_time_it_async(_good_timer, points=2) == 2
+
+
+@pytest.mark.parametrize("timer", [ad.baseline_time_it, _timer_without_sync])
+def test_async_check_fails_timers_that_time_the_launch(graded, timer) -> None:
+    with pytest.raises(CheckFailed, match="time_it_async"):
+        ad.check_time_it_async(timer, points=2)
+
+
+def _matmul_intensity(n, itemsize=4):
+    return 2 * n**3 / (3 * n * n * itemsize)
+
+
+def _add_intensity(n, itemsize=4):
+    return n / (3 * n * itemsize)
+
+
+def _bound(intensity, ceilings):
+    return "compute" if intensity >= ceilings.fp32_flops / ceilings.copy_bytes_per_s else "memory"
+
+
+def _unanswered(*args, **kwargs):
+    raise NotImplementedError
+
+
+def test_roofline_check_full_marks_for_right_answers(graded, capsys) -> None:
+    assert ad.check_roofline(_matmul_intensity, _add_intensity, _bound, points=2) == 2
+    assert "10 of 10 roofline answers correct" in capsys.readouterr().out
+
+
+def test_roofline_check_gives_partial_credit(graded) -> None:
+    def matmul_bytes_twice(n, itemsize=4):  # counts the output twice: 3 of 10 answers wrong
+        return 2 * n**3 / (4 * n * n * itemsize)
+
+    earned = ad.check_roofline(matmul_bytes_twice, _add_intensity, _bound, points=2)
+    assert earned == pytest.approx(1.4)
+
+
+def test_roofline_check_fails_an_unanswered_lab(graded) -> None:
+    with pytest.raises(CheckFailed, match="roofline"):
+        ad.check_roofline(_unanswered, _unanswered, _unanswered, points=2)
