@@ -72,7 +72,7 @@ def naive_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None)
     return scores.softmax(dim=-1) @ v
 
 
-class _SelfAttention(nn.Module):
+class SelfAttention(nn.Module):
     """Multi-head self-attention parameters: one fused ``qkv`` projection and an output ``proj``.
 
     Subclasses differ only in how they compute attention, so their state_dicts are
@@ -101,7 +101,7 @@ class _SelfAttention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(b, n, d))
 
     @classmethod
-    def sharing(cls, other: _SelfAttention) -> _SelfAttention:
+    def sharing(cls, other: SelfAttention) -> SelfAttention:
         """A ``cls`` that shares (not copies) ``other``'s layers, so optimizers keep working."""
         new = cls.__new__(cls)
         nn.Module.__init__(new)  # bypass __init__: no new weights, no RNG draws
@@ -113,7 +113,7 @@ class _SelfAttention(nn.Module):
         return f"heads={self.heads}"
 
 
-class NaiveSelfAttention(_SelfAttention):
+class NaiveSelfAttention(SelfAttention):
     """Self-attention that materialises the full attention matrix (memory grows as L^2)."""
 
     kind = "naive"
@@ -122,7 +122,7 @@ class NaiveSelfAttention(_SelfAttention):
         return naive_attention(q, k, v, mask)
 
 
-class SDPASelfAttention(_SelfAttention):
+class SDPASelfAttention(SelfAttention):
     """Self-attention through ``F.scaled_dot_product_attention`` (fused/flash kernels)."""
 
     kind = "sdpa"
@@ -131,7 +131,7 @@ class SDPASelfAttention(_SelfAttention):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-def _attention_class(kind: str) -> type[_SelfAttention]:
+def _attention_class(kind: str) -> type[SelfAttention]:
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {kind!r}")
     return NaiveSelfAttention if kind == "naive" else SDPASelfAttention

@@ -3,8 +3,9 @@ import torch
 import torch.nn.functional as F
 from rss_probe import run_pinned
 
-from ptcourse.assets import models
+from ptcourse.assets import models, text
 from ptcourse.core import measure
+from ptcourse.grading import checks
 from ptcourse.labs import lab06_attention as attention
 
 
@@ -25,11 +26,11 @@ def test_problem_sizes_and_smoke(monkeypatch):
     assert p.score_bytes(torch.bfloat16) == p.score_bytes() // 2
     assert p.flops == 4 * 2 * 3 * 128 * 128 * 16
     monkeypatch.setenv("PTCOURSE_SMOKE", "0")
-    full = (attention.speed_problem(), attention.memory_problem())
+    full = attention.sizes()
     monkeypatch.setenv("PTCOURSE_SMOKE", "1")
-    smoke = (attention.speed_problem(), attention.memory_problem())
-    assert full[0].length >= 1024 and smoke[0].length >= 1024  # the graded speed length
-    assert full[1].length > smoke[1].length
+    smoke = attention.sizes()
+    assert full.speed.length >= 1024 and smoke.speed.length >= 1024  # the graded speed length
+    assert full.memory.length > smoke.memory.length
 
 
 def test_padding_mask_keeps_at_least_one_key_per_row():
@@ -86,7 +87,7 @@ def test_sweep_skips_the_naive_attention_past_its_limit():
 def test_use_attention_plugs_a_function_into_the_text_classifier():
     torch.manual_seed(0)
     model = models.TextClassifier(vocab_size=50, num_classes=3, max_len=16).eval()
-    tokens = attention.random_tokens(4, 16, 50, generator=torch.Generator().manual_seed(0))
+    tokens = text.random_tokens(4, 16, 50, generator=torch.Generator().manual_seed(0))
     assert (tokens == 0).any() and (tokens[:, :8] != 0).all()
     with torch.no_grad():
         want = model(tokens)
@@ -145,3 +146,91 @@ def test_pinned_rss_reads_two_score_matrices_for_naive_and_little_for_sdpa():
         assert 1.9 * matrix < peak < 2.3 * matrix, result
     for peak in result["peaks"]["sdpa"]:  # its output (1/16 of a matrix) and a few tiles
         assert peak < 0.2 * matrix, result
+
+
+# ---------------------------------------------------------------------------------------------
+# The graders' checks: a right answer earns full points, a wrong or baseline-equivalent one 0.
+
+
+@pytest.fixture
+def graded(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    monkeypatch.setenv("PTCOURSE_SECRET_SEED", "1234")
+
+
+def _wrong(q, k, v, mask=None):
+    """Fused, but a plainly wrong answer (values scaled)."""
+    return F.scaled_dot_product_attention(q, k, v * 1.1, attn_mask=mask)
+
+
+def _unmasked_naive(q, k, v, mask=None):
+    return models.naive_attention(q, k, v)
+
+
+def test_check_naive_wants_right_values_and_no_fused_kernel(graded, capsys):
+    assert attention.check_naive(models.naive_attention, points=2) == 2.0
+    assert "all 5 cases" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed, match="called"):
+        attention.check_naive(attention.reference_sdpa, points=2)
+    with pytest.raises(checks.CheckFailed, match="max abs difference"):
+        attention.check_naive(_unmasked_naive, points=2)
+
+
+def test_check_sdpa_wants_right_values_through_a_fused_kernel(graded):
+    assert attention.check_sdpa(attention.reference_sdpa, points=2) == 2.0
+    with pytest.raises(checks.CheckFailed, match="no fused attention kernel"):
+        attention.check_sdpa(attention.baseline_attention, points=2)  # the naive one pasted
+    with pytest.raises(checks.CheckFailed, match="max abs difference"):
+        attention.check_sdpa(_wrong, points=2)
+
+
+def test_check_speed_full_points_for_sdpa_and_zero_for_the_baseline(graded):
+    assert attention.check_speed(attention.reference_sdpa, points=3) == 3.0
+    with pytest.raises(checks.CheckFailed):
+        attention.check_speed(attention.baseline_attention, points=3)
+    assert checks.RESULTS[-1].points == 0 and checks.RESULTS[-1].value < 1.3
+    with pytest.raises(checks.CheckFailed, match="max abs difference"):
+        attention.check_speed(_wrong, points=3)  # checked before it is timed
+
+
+MEMORY_PROBE = """
+import json
+import os
+
+import torch
+
+os.environ["PTCOURSE_SMOKE"] = "1"
+os.environ["PTCOURSE_SECRET_SEED"] = "1234"
+from ptcourse.assets import models
+from ptcourse.core import measure
+from ptcourse.grading import checks
+from ptcourse.labs import lab06_attention as attention
+
+pinned = measure.rss_follows_tensors()
+torch.set_num_threads(1)
+
+
+def chunked(q, k, v, mask=None):  # naive attention over 8 blocks of queries: 1/8 of the scores
+    return torch.cat([models.naive_attention(c, k, v, mask) for c in q.chunk(8, dim=2)], dim=2)
+
+
+def points(answer):
+    try:
+        return attention.check_memory(answer, points=3)
+    except checks.CheckFailed:
+        return checks.RESULTS[-1].points
+
+
+answers = {"right": attention.reference_sdpa, "baseline": attention.baseline_attention,
+           "chunked": chunked}
+result = {name: points(fn) for name, fn in answers.items()}
+print(json.dumps({"pinned": pinned, "points": result, "ratios": [r.value for r in checks.RESULTS]}))
+"""
+
+
+def test_check_memory_full_points_for_sdpa_partial_for_chunks_zero_for_the_baseline():
+    result = run_pinned(MEMORY_PROBE)
+    points = result["points"]
+    assert points["right"] == 3.0, result
+    assert points["baseline"] == 0, result
+    assert 0 < points["chunked"] < 3, result
