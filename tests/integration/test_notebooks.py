@@ -16,7 +16,8 @@ pytestmark = pytest.mark.notebooks
 @pytest.fixture(scope="module")
 def report():
     done = subprocess.run(
-        [sys.executable, "-m", "ptcourse.course.cli", "run", "--smoke", "--solutions"],
+        [sys.executable, "-m", "ptcourse.course.cli", "run", "--smoke", "--solutions"]
+        + [lab.number for lab in LABS],
         cwd=paths.ROOT,
         capture_output=True,
         text=True,
