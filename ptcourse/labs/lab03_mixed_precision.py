@@ -3,9 +3,10 @@ what autocast did, the demonstrations (fp16 underflow, weight recasting, loss-sc
 the graders' checks.
 
 The graders never trust the notebook: they build fresh models from secret seeds, compare a
-student's step with :func:`fp32_step` run on an identical copy, and read the dtypes autocast
-produced with forward hooks (:class:`Probe`). Hidden test cells reload this module
-(``importlib.reload(ptcourse.labs.lab03_mixed_precision)``) after ``ptcourse.grading.checks.fresh()``.
+student's step with :func:`baseline_step` run on an identical copy, and read the dtypes autocast
+produced with forward hooks (:class:`Probe`). Speed is graded against :func:`reference_step`
+timed in the same run (``checks.relative_speedup``); where bf16 does not pay off on this machine
+the speed cells grade that autocast is in effect instead, and say so.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ptcourse.assets import datasets, models, text
-from ptcourse.core import hardware, measure
-from ptcourse.grading import checks
+from ptcourse.assets import models, text
+from ptcourse.core import hardware, lineup, measure
+from ptcourse.core.numerics import relative_error
 from ptcourse.core.quiet import captured_stderr
+from ptcourse.core.seeds import seeded
 from ptcourse.core.smoke import is_smoke, pick
+from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import CPU_VM, Target
 
-LAB = "03"
+LAB = lineup.lab("03")
 PROBED = (nn.Linear, nn.Conv2d)  # the layers whose matmuls autocast runs in low precision
 NUM_CLASSES = 4
 GRAD_TOLERANCE = 0.05  # relative (norm) error allowed between a low-precision and an fp32 step
@@ -83,13 +86,15 @@ class Sizes:
         )
 
 
-def sizes(track: str) -> Sizes:
-    """Sizes for ``track`` ("cuda", "cpu" or "cpu-basic") in the current (smoke or full) mode.
+def sizes(track: str | None = None) -> Sizes:
+    """Sizes for ``track`` ("cuda", "cpu" or "cpu-basic"; default: this machine's) in the
+    current (smoke or full) mode.
 
     On "cpu" and "cuda" the timed steps keep realistic sizes even in smoke mode: a tiny model is
     dominated by per-op overhead and would show no bf16 speedup. On "cpu-basic" bf16 is emulated
     and slow, so everything is small there (only correctness is graded).
     """
+    track = track or hardware.track_for(LAB).name
     train = TextSize(pick(64, 32), 1, 2, pick(24, 16), 32)
     steps = pick(120, 40)
     if track == "cuda":
@@ -141,12 +146,13 @@ class TextProblem:
 
     def model(self, size: TextSize, seed: int, device: str = "cpu") -> models.TextClassifier:
         """A fresh TextClassifier (dropout off, so steps are deterministic) from ``seed``."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = models.TextClassifier(
+        model = seeded(
+            lambda: models.TextClassifier(
                 self.vocab_size, NUM_CLASSES, d_model=size.d_model, heads=size.heads,
                 layers=size.layers, max_len=self.seq_len, dropout=0.0,
-            )  # fmt: skip
+            ),
+            seed,
+        )  # fmt: skip
         return model.to(device)
 
     def batch(
@@ -156,33 +162,19 @@ class TextProblem:
         return self.x_train[idx].to(device), self.y_train[idx].to(device)
 
 
-@functools.cache
-def _text_problem(seq_len: int, smoke: bool) -> TextProblem:
-    (train_texts, train_labels), (test_texts, test_labels) = datasets.headline_splits(smoke)
-    vocab = text.Vocab.build(train_texts, max_size=2000 if smoke else 5000)
+def text_problem(seq_len: int, smoke: bool | None = None) -> TextProblem:
+    """The headlines problem at ``seq_len`` tokens (smoke-size dataset in smoke mode)."""
+    smoke = is_smoke() if smoke is None else smoke
+    split = text.encoded_headlines(seq_len, max_vocab=2000 if smoke else 5000, smoke=smoke)
     return TextProblem(
-        text.encode_batch(train_texts, vocab, seq_len),
-        torch.tensor(train_labels),
-        text.encode_batch(test_texts, vocab, seq_len),
-        torch.tensor(test_labels),
-        len(vocab),
-        seq_len,
+        split.x_train, split.y_train, split.x_test, split.y_test, len(split.vocab), seq_len
     )
 
 
-def text_problem(seq_len: int, smoke: bool | None = None) -> TextProblem:
-    """The headlines problem at ``seq_len`` tokens (smoke-size dataset in smoke mode)."""
-    return _text_problem(seq_len, is_smoke() if smoke is None else smoke)
-
-
 def image_model(size: ImageSize, seed: int, device: str = "cpu") -> nn.Module:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        if size.arch == "tiny_cnn":
-            model = models.tiny_cnn(NUM_CLASSES)
-        else:
-            model = models.image_classifier(NUM_CLASSES, width=size.arch)
-    return model.to(device)
+    if size.arch == "tiny_cnn":
+        return seeded(lambda: models.tiny_cnn(NUM_CLASSES), seed).to(device)
+    return seeded(lambda: models.image_classifier(NUM_CLASSES, width=size.arch), seed).to(device)
 
 
 def image_batch(
@@ -194,7 +186,9 @@ def image_batch(
     return x.to(device), y.to(device)
 
 
-def fp32_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor) -> Tensor:
+def baseline_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor
+) -> Tensor:
     """The baseline: one plain fp32 training step; returns the loss."""
     loss = F.cross_entropy(model(x), y)
     optimizer.zero_grad(set_to_none=True)
@@ -315,13 +309,10 @@ def count_casts(fn: Callable[[], Any]) -> CastCount:
 
 def weight_heavy_mlp(d: int = 1024, hidden: int = 4096, seed: int = 0) -> nn.Sequential:
     """Linear d→hidden→hidden→d with ReLUs, eval mode: almost all of its bytes are weights."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = nn.Sequential(
-            nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-            nn.Linear(hidden, d),
-        )  # fmt: skip
-    return model.eval()
+    layers = lambda: nn.Sequential(  # noqa: E731
+        nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, d)
+    )  # fmt: skip
+    return seeded(layers, seed).eval()
 
 
 def _grad_vector(model: nn.Module) -> Tensor:
@@ -368,7 +359,7 @@ def underflow_rows(
         ):
             g = _text_grads(model, x, y, w, dtype, s)
             lost = ((g == 0) & nonzero).sum().item() / max(nonzero.sum().item(), 1)
-            error = ((g - ref).norm() / ref.norm()).item()
+            error = relative_error(g, ref)
             rows.append(UnderflowRow(w, name, s, lost, error))
     return rows
 
@@ -449,10 +440,6 @@ class Report:
         return "\n".join(lines)
 
 
-def _rel(a: Tensor, b: Tensor) -> float:
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
-
-
 def _max_grad_error(model: nn.Module, ref: nn.Module) -> tuple[float, str]:
     worst, where = 0.0, ""
     for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
@@ -460,7 +447,7 @@ def _max_grad_error(model: nn.Module, ref: nn.Module) -> tuple[float, str]:
             continue
         if p.grad is None:
             return math.inf, f"{name} has no gradient"
-        err = _rel(p.grad, q.grad)
+        err = relative_error(p.grad, q.grad)
         if not err <= worst:  # NaN counts as worst
             worst, where = err, name
     return worst, where
@@ -480,7 +467,7 @@ def amp_step_report(
     device: str | None = None,
     steps: int = 2,
 ) -> Report:
-    """Run ``step(model, opt, x, y)`` ``steps`` times next to :func:`fp32_step` on an identical
+    """Run ``step(model, opt, x, y)`` ``steps`` times next to :func:`baseline_step` on an identical
     model (plain SGD, so an update is lr × gradient) and compare."""
     device = device or track().device
     size = sizes(track().name).train
@@ -497,7 +484,7 @@ def amp_step_report(
         x, y = problem.batch(size, gen, device)
         with probe:
             loss = _call(step, model, opt, x, y)
-        ref_loss = fp32_step(ref, ref_opt, x, y)
+        ref_loss = baseline_step(ref, ref_opt, x, y)
         try:
             value = float(loss)
         except (TypeError, ValueError, RuntimeError):
@@ -523,7 +510,7 @@ def amp_step_report(
     moved = [p.detach() - s for p, s in zip(params, start, strict=True)]
     ref_moved = [q.detach() - s for q, s in zip(ref.parameters(), start, strict=True)]
     update_err = max(
-        _rel(a.to(b.dtype), b) for a, b in zip(moved, ref_moved, strict=True) if b.any()
+        relative_error(a.to(b.dtype), b) for a, b in zip(moved, ref_moved, strict=True) if b.any()
     )
     report.add("optimizer steps match fp32's", update_err <= GRAD_TOLERANCE,
                f"worst relative difference of the weight updates {update_err:.2g}")  # fmt: skip
@@ -548,13 +535,13 @@ def scaled_step_report(step: Callable[..., Any], seed: int, device: str | None =
     scaler = torch.amp.GradScaler(device, init_scale=2.0**16)
     with Probe(model) as probe:
         _call(step, model, opt, scaler, x, y)
-    fp32_step(ref, torch.optim.SGD(ref.parameters(), lr=0.5), x, y)
+    baseline_step(ref, torch.optim.SGD(ref.parameters(), lr=0.5), x, y)
     report.lowp_fraction = probe.fraction(torch.float16)
     err, where = _max_grad_error(model, ref)
     report.add("gradients are unscaled (close to fp32's) after the step", err <= GRAD_TOLERANCE,
                f"worst relative error {err:.2g}" + (f" ({where})" if where else ""))  # fmt: skip
     update_err = max(
-        _rel((p.detach() - s).float(), q.detach() - s)
+        relative_error((p.detach() - s).float(), q.detach() - s)
         for p, q, s in zip(model.parameters(), ref.parameters(), start, strict=True)
         if not torch.equal(q.detach(), s)
     )
@@ -580,74 +567,21 @@ def scaled_step_report(step: Callable[..., Any], seed: int, device: str | None =
     return report
 
 
-def grade_report(check: str, report: Report, points: float) -> float:
-    """Print the report and grade its score (a "score" row: zero credit at half the properties)."""
-    print(report.summary())
-    return checks.check_value(LAB, check, lambda: report.score, points=points)
-
-
 def timed_models(
-    which: str, seed: int, device: str | None = None
-) -> tuple[nn.Module, nn.Module, Tensor, Tensor]:
-    """Two identical models (fp32 baseline, candidate) and one batch for the timed step."""
+    which: str, seed: int, device: str | None = None, copies: int = 2
+) -> tuple[Any, ...]:
+    """``copies`` identical models (baseline, candidate, …) and one batch for the timed step."""
     device = device or track().device
     s = sizes(track().name)
     gen = torch.Generator().manual_seed(seed + 1)
     if which == "text":
         problem = text_problem(s.text.seq_len)
         x, y = problem.batch(s.text, gen, device)
-        return problem.model(s.text, seed, device), problem.model(s.text, seed, device), x, y
-    x, y = image_batch(s.image, gen, device)
-    return image_model(s.image, seed, device), image_model(s.image, seed, device), x, y
-
-
-@_one_thread
-def grade_speed(which: str, step: Callable[..., Any], points: float, seed: int) -> float:
-    """The timed-step check of ``which`` ("text" or "image").
-
-    On "cpu" and "cuda": the step must run in bf16 under autocast, then its speedup over
-    :func:`fp32_step` is graded. On "cpu-basic" bf16 is slow, so the same points grade that
-    autocast is in effect (every Linear/Conv output bf16, finite loss, weights updated)
-    at the same sizes.
-    """
-    here = track()
-    base_model, model, x, y = timed_models(which, seed, here.device)
-    base_opt = torch.optim.AdamW(base_model.parameters(), lr=1e-3)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    start = [p.detach().clone() for p in model.parameters()]
-    with Probe(model) as probe:
-        loss = _call(step, model, opt, x, y)
-    try:
-        finite = math.isfinite(float(loss))
-    except (TypeError, ValueError, RuntimeError):
-        finite = False
-    stepped = any(
-        not torch.equal(p.detach(), s) for p, s in zip(model.parameters(), start, strict=False)
-    )
-    fraction = probe.fraction(torch.bfloat16) if finite and stepped else 0.0
-    print(
-        f"{which} step: {probe.summary()}; loss {'finite' if finite else 'NOT finite'}; "
-        f"{'weights updated' if stepped else 'weights NOT updated'}"
-    )
-    if here.name == "cpu-basic":
-        print(
-            "This CPU has no AMX/avx512_bf16: bf16 is emulated and slower than fp32, so speed is "
-            "not graded here; these points grade that autocast is in effect instead."
-        )
-        return checks.check_value(LAB, f"{which}_autocast", lambda: fraction, points=points)
-    if fraction < 1.0:
-        raise checks.CheckFailed(
-            f"{which} step: not a bf16 mixed-precision training step (see the line above): run "
-            "the forward pass under torch.autocast(..., dtype=torch.bfloat16), then backward and "
-            "optimizer.step()"
-        )
-    return checks.check_speedup(
-        LAB,
-        f"{which}_step",
-        lambda: fp32_step(base_model, base_opt, x, y),
-        lambda: step(model, opt, x, y),
-        points=points,
-    )
+        nets = [problem.model(s.text, seed, device) for _ in range(copies)]
+    else:
+        x, y = image_batch(s.image, gen, device)
+        nets = [image_model(s.image, seed, device) for _ in range(copies)]
+    return (*nets, x, y)
 
 
 @dataclass(frozen=True)
@@ -676,15 +610,138 @@ def train_run(step: Callable[..., Any], seed: int, device: str | None = None) ->
     return TrainRun(models.accuracy(model, problem.x_test, problem.y_test), losses, seconds)
 
 
-def grade_accuracy(step: Callable[..., Any], points: float, seed: int) -> float:
+def reference_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor
+) -> Tensor:
+    """The instructor's answer to Exercise 1, timed beside the student's step by the graders."""
+    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def reference_scaled_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    x: Tensor,
+    y: Tensor,
+) -> Tensor:
+    """The instructor's answer to Exercise 3: fp16 autocast with loss scaling."""
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def goal(check: str) -> targets.Goal:
+    return targets.goal(TARGETS, check)
+
+
+def _graded(check: str, report: Report, points: float) -> float:
+    """Print the report and grade its score (a "score" row: zero credit at half the properties)."""
+    print(report.summary())
+    return checks.value(goal(check), lambda: report.score, points=points)
+
+
+def check_amp_step(amp_step: Callable[..., Any], *, points: float) -> float:
+    """Exercise 1 twice next to the fp32 step on an identical model, fresh secret inputs."""
+    return _graded("amp_step", amp_step_report(amp_step, seed=checks.secret_seed()), points)
+
+
+def check_scaled_step(scaled_step: Callable[..., Any], *, points: float) -> float:
+    """Exercise 3 on an ordinary batch and on one whose scaled gradients overflow fp16."""
+    return _graded("scaler", scaled_step_report(scaled_step, seed=checks.secret_seed()), points)
+
+
+def check_text_speed(amp_step: Callable[..., Any], *, points: float) -> float:
+    """The timed text step: speedup over fp32 relative to the reference, or autocast in effect."""
+    return _speed("text", amp_step, points, checks.secret_seed())
+
+
+def check_image_speed(amp_step: Callable[..., Any], *, points: float) -> float:
+    """The timed image step: speedup over fp32 relative to the reference, or autocast in effect."""
+    return _speed("image", amp_step, points, checks.secret_seed())
+
+
+@_one_thread
+def _speed(which: str, step: Callable[..., Any], points: float, seed: int) -> float:
+    """Autocast must be in effect (every Linear/Conv output bf16, a finite loss, weights
+    updated). Where bf16 is fast, the step's speedup over :func:`baseline_step` is then graded
+    relative to :func:`reference_step` in the same run; where it is not (the cpu-basic track, or
+    a reference that does not clear the floor here), the points grade autocast in effect."""
+    here = track()
+    base_model, model, ref_model, x, y = timed_models(which, seed, here.device, copies=3)
+    opt, base_opt, ref_opt = (
+        torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (model, base_model, ref_model)
+    )
+    fraction = autocast_share(which, step, model, opt, x, y)
+    in_effect = goal(f"{which}_autocast")
+
+    def technique(reason: str) -> float:
+        print(f"So these points grade that autocast is in effect in your {which} step instead.")
+        return checks.value(in_effect, lambda: fraction, points=points)
+
+    if here.name == "cpu-basic":
+        reason = (
+            "This CPU has no AMX/avx512_bf16: bf16 is emulated and slower than fp32, so speed is "
+            "not graded here."
+        )
+        print(reason)
+        return technique(reason)
+    if fraction < 1.0:
+        raise checks.CheckFailed(
+            f"{which} step: not a bf16 mixed-precision training step (see the line above): run "
+            "the forward pass under torch.autocast(..., dtype=torch.bfloat16), then backward and "
+            "optimizer.step()"
+        )
+    return checks.relative_speedup(
+        goal(f"{which}_step"),
+        lambda: baseline_step(base_model, base_opt, x, y),
+        lambda: reference_step(ref_model, ref_opt, x, y),
+        lambda: step(model, opt, x, y),
+        points=points,
+        not_gradable=technique,
+    )
+
+
+def autocast_share(
+    which: str, step: Callable[..., Any], model: nn.Module, opt: Any, x: Tensor, y: Tensor
+) -> float:
+    """One step under the probe: the share of bf16 Linear/Conv outputs (0 unless the loss is
+    finite and the weights moved)."""
+    start = [p.detach().clone() for p in model.parameters()]
+    with Probe(model) as probe:
+        loss = _call(step, model, opt, x, y)
+    try:
+        finite = math.isfinite(float(loss))
+    except (TypeError, ValueError, RuntimeError):
+        finite = False
+    stepped = any(
+        not torch.equal(p.detach(), s) for p, s in zip(model.parameters(), start, strict=False)
+    )
+    print(
+        f"{which} step: {probe.summary()}; loss {'finite' if finite else 'NOT finite'}; "
+        f"{'weights updated' if stepped else 'weights NOT updated'}"
+    )
+    return probe.fraction(torch.bfloat16) if finite and stepped else 0.0
+
+
+def check_accuracy(amp_step: Callable[..., Any], *, points: float) -> float:
     """Accuracy after the same short run (same initial weights, same batches): fp32 minus yours."""
-    ref = train_run(fp32_step, seed)
-    yours = train_run(step, seed)
+    seed = checks.secret_seed()
+    ref = train_run(baseline_step, seed)
+    yours = train_run(amp_step, seed)
     print(
         f"test accuracy after {len(ref.losses)} steps: fp32 {ref.accuracy:.3f}, "
         f"your step {yours.accuracy:.3f}"
     )
-    return checks.check_value(LAB, "accuracy", lambda: ref.accuracy - yours.accuracy, points=points)
+    return checks.value(goal("accuracy"), lambda: ref.accuracy - yours.accuracy, points=points)
 
 
 def iter_rows(rows: list[UnderflowRow]) -> Iterator[str]:
@@ -694,41 +751,50 @@ def iter_rows(rows: list[UnderflowRow]) -> Iterator[str]:
         yield f"{r.loss_weight:>11g}  {r.precision:<13}{r.lost:>14.2%}{r.error:>16.3g}"
 
 
+SCRIPT = "tools/measure/lab03_mixed_precision.py"
+ZEN4 = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 AMP_SAPPHIRE = (
     "a course author's measurement on a 2-core Intel Sapphire Rapids VM (AMX), 2026-12-02, "
-    "with other code than this lab's — NOT re-measured with lab 03's steps"
+    "with other code than this lab's (not repeated with lab 03's steps)"
 )
 AMP_CLAIM = "the claim lab 03 quotes (GPU unknown) — NOT measured on any course machine"
 TARGETS: tuple[Target, ...] = (
-    # Speed: only on "cpu" (AMX/avx512_bf16) and "cuda"; cpu-basic grades *_autocast instead.
+    # Speed, graded relative to reference_step timed in the same run (checks.relative_speedup):
+    # full credit at floor + 70% of the reference's gain here, at most `target`; where the
+    # reference does not clear `floor` the points grade *_autocast instead (as on cpu-basic).
     Target("03", "text_step", "cpu", "speedup", 1.5, 1.15,
-           "bf16 autocast small-encoder training step 2.2–2.3x",
-           "fp32 step vs itself ≈ 1.0x", AMP_SAPPHIRE, "2026-12-02"),
+           f"{SCRIPT}: 1.06–1.09x, median 1.08 (4 runs, {ZEN4}) — below the floor, so speed is "
+           f"not gradable there; {AMP_SAPPHIRE}: small-encoder training step 2.2–2.3x",
+           "baseline copy 0.94–1.04x (4 runs, same script)", ZEN4, "2026-12-03", SCRIPT),
     Target("03", "image_step", "cpu", "speedup", 1.5, 1.15,
-           "bf16 autocast ResNet-18 b32 224 px train step 2.4–2.5x (graded: 128 px b16)",
-           "fp32 step vs itself ≈ 1.0x", AMP_SAPPHIRE, "2026-12-02"),
+           f"{SCRIPT}: ResNet-18 128 px batch 16 training step 1.84–1.89x (3 runs, {ZEN4}); "
+           f"{AMP_SAPPHIRE}: ResNet-18 b32 224 px 2.4–2.5x",
+           "baseline copy 0.98–1.04x (3 runs, same script)", ZEN4, "2026-12-03", SCRIPT),
     Target("03", "text_step", "cuda", "speedup", 1.3, 1.15,
            "the quoted claim: fp16 autocast + GradScaler 2.1x on an NLP classifier",
            "fp32 step vs itself ≈ 1.0x", AMP_CLAIM, "2026-12-02"),
     Target("03", "image_step", "cuda", "speedup", 1.3, 1.15,
            "the quoted claim: 2.1x on an NLP classifier (no image measurement)",
            "fp32 step vs itself ≈ 1.0x", AMP_CLAIM, "2026-12-02"),
-    # Used on cpu-basic only, where the speed cells grade that autocast is in effect instead
-    # (share of bf16 layer outputs); the rows sit on "cpu" as every check's fallback row does.
+    # Where speed is not gradable (cpu-basic, or a reference below the floor): the share of
+    # bf16 Linear/Conv outputs of one timed-size step (autocast_share).
     Target("03", "text_autocast", "cpu", "score", 1.0, 0.0,
-           "1.0 (all Linear outputs bf16) in 12 smoke + 10 full seeds",
-           "0.0 (all fp32) in 22 of 22", CPU_VM + " (cpu-basic track)", "2026-12-02"),
+           f"{SCRIPT} --smoke: 1.0 (all Linear outputs bf16), 5 seeds; earlier 1.0 in 12 smoke + "
+           f"10 full seeds on the {CPU_VM}",
+           "0.0 (all fp32), 5 of 5 seeds", ZEN4, "2026-12-03", SCRIPT),
     Target("03", "image_autocast", "cpu", "score", 1.0, 0.0,
-           "1.0 (all Conv/Linear outputs bf16) in 12 smoke + 10 full seeds",
-           "0.0 (all fp32) in 22 of 22", CPU_VM + " (cpu-basic track)", "2026-12-02"),
+           f"{SCRIPT} --smoke: 1.0 (all Conv/Linear outputs bf16), 5 seeds",
+           "0.0 (all fp32), 5 of 5 seeds", ZEN4, "2026-12-03", SCRIPT),
     # Correctness and accuracy: hardware-independent, the "cpu" rows serve every track.
     Target("03", "amp_step", "cpu", "score", 1.0, 0.5,
-           "1.0 in 12 smoke + 10 full seeds; gradient error ≤ 0.012 (tolerance 0.05)",
-           "0.0 in 22 of 22 (no bf16 activations)", CPU_VM + " (cpu-basic track)", "2026-12-02"),
+           f"{SCRIPT} --smoke: 1.0 in 5 of 5 seeds (reference_step); earlier 1.0 in 12 smoke + "
+           "10 full seeds, gradient error ≤ 0.012 (tolerance 0.05)",
+           "0.0 in 5 of 5 seeds (no bf16 activations)", ZEN4, "2026-12-03", SCRIPT),
     Target("03", "scaler", "cpu", "score", 1.0, 0.5,
-           "1.0 in 12 smoke + 10 full seeds (fp16 on CPU)",
-           "0.0 in 22 of 22 (fp32, scaler unused)", CPU_VM + " (cpu-basic track)", "2026-12-02"),
+           f"{SCRIPT} --smoke: 1.0 in 5 of 5 seeds (reference_scaled_step, fp16 on CPU)",
+           "0.0 in 5 of 5 seeds (fp32, scaler unused)", ZEN4, "2026-12-03", SCRIPT),
     Target("03", "accuracy", "cpu", "accuracy_drop", 0.02, 0.10,
-           "drop −0.0025…+0.0013 in 10 smoke seeds (40 steps), −0.0002…+0.0004 in 12 full (120)",
-           "0.0 (fp32 against itself)", CPU_VM + " (cpu-basic track)", "2026-12-02"),
+           f"{SCRIPT} --smoke: drop −0.0013…+0.0013 in 5 seeds (40 steps); earlier −0.0002…"
+           "+0.0004 in 12 full seeds (120 steps)",
+           "0.0 (fp32 against itself)", ZEN4, "2026-12-03", SCRIPT),
 )  # fmt: skip

@@ -1,5 +1,5 @@
-"""ptcourse.labs.lab03_mixed_precision: sizes per track, probes, cast counting, and the lab 03 checks telling a correct
-mixed-precision step from an fp32 one and from common mistakes (all on the CPU, smoke sizes)."""
+"""ptcourse.labs.lab03_mixed_precision: sizes per track, probes, cast counting, and the checks telling a
+correct mixed-precision step from an fp32 one and from common mistakes (all on the CPU, smoke sizes)."""
 
 import pytest
 import torch
@@ -27,7 +27,7 @@ def bf16_step(model, optimizer, x, y):
 
 def pure_bf16_step(model, optimizer, x, y):
     model.to(torch.bfloat16)  # no fp32 master weights
-    return amp.fp32_step(model, optimizer, x, y)
+    return amp.baseline_step(model, optimizer, x, y)
 
 
 def scaled_step(model, optimizer, scaler, x, y):
@@ -50,7 +50,7 @@ def scaled_step_without_update(model, optimizer, scaler, x, y):
 
 
 def fp32_ignoring_scaler(model, optimizer, scaler, x, y):
-    return amp.fp32_step(model, optimizer, x, y)
+    return amp.baseline_step(model, optimizer, x, y)
 
 
 def test_sizes_keep_realistic_timed_steps_where_speed_is_graded():
@@ -106,7 +106,7 @@ def test_underflow_rows_show_fp16_losing_gradients_and_scaling_keeping_them():
 def test_amp_step_report_tells_mixed_precision_from_fp32_and_pure_bf16():
     good = amp.amp_step_report(bf16_step, seed=3)
     assert good.score == 1.0, good.summary()
-    assert amp.amp_step_report(amp.fp32_step, seed=3).score == 0.0
+    assert amp.amp_step_report(amp.baseline_step, seed=3).score == 0.0
     pure = amp.amp_step_report(pure_bf16_step, seed=3)
     assert pure.lowp_fraction == 1.0 and pure.score < 0.5, pure.summary()
 
@@ -123,8 +123,43 @@ def test_scale_history_backs_off_then_grows():
     assert any(b > a for a, b in zip(history.scales, history.scales[1:], strict=False))
 
 
-def test_grade_speed_on_basic_cpu_grades_autocast_not_speed(capsys):
-    assert amp.grade_speed("text", bf16_step, points=3, seed=5) == 3
+@pytest.fixture
+def secret(monkeypatch):
+    monkeypatch.setenv(checks.SEED_ENV, "5")
+
+
+def test_speed_checks_on_basic_cpu_grade_autocast_not_speed(secret, capsys):
+    assert amp.check_text_speed(bf16_step, points=3) == 3
     assert "not graded here" in capsys.readouterr().out
     with pytest.raises(checks.CheckFailed):
-        amp.grade_speed("image", amp.fp32_step, points=3, seed=5)
+        amp.check_image_speed(amp.baseline_step, points=3)
+
+
+def test_speed_check_on_fast_bf16_track_times_against_the_reference(secret, monkeypatch, capsys):
+    monkeypatch.setenv("PTCOURSE_TRACK", "cpu")
+    small = amp.sizes("cpu-basic")
+    monkeypatch.setattr(amp, "sizes", lambda track=None: small)
+    assert amp.check_text_speed(amp.reference_step, points=3) == 3
+    out = capsys.readouterr().out
+    assert "reference solution here" in out  # graded relative to it, or "not gradable" here
+    with pytest.raises(checks.CheckFailed, match="not a bf16 mixed-precision training step"):
+        amp.check_text_speed(amp.baseline_step, points=3)
+
+
+def test_step_checks_tell_mixed_precision_from_fp32(secret):
+    assert amp.check_amp_step(bf16_step, points=3) == 3
+    with pytest.raises(checks.CheckFailed):
+        amp.check_amp_step(amp.baseline_step, points=3)
+    assert amp.check_scaled_step(scaled_step, points=3) == 3
+    with pytest.raises(checks.CheckFailed):
+        amp.check_scaled_step(fp32_ignoring_scaler, points=3)
+
+
+def test_accuracy_check_passes_autocast_and_fails_a_step_that_does_not_learn(secret):
+    assert amp.check_accuracy(bf16_step, points=2) == 2
+
+    def frozen(model, optimizer, x, y):
+        return F.cross_entropy(model(x), y).detach()  # never updates the weights
+
+    with pytest.raises(checks.CheckFailed):
+        amp.check_accuracy(frozen, points=2)
