@@ -1,11 +1,12 @@
-"""The checks that autograder test cells call.
+"""The check contract: measure, print one line, return the points, raise below the floor.
 
-Each check measures what it grades itself, compares it with the active track's target from
-:mod:`ptcourse.grading.targets`, prints one clear line, and returns the points earned as a plain
-float (nbgrader reads a numeric last expression as partial credit). Below the floor it raises
-:class:`CheckFailed`, which nbgrader scores 0 and shows in feedback. Nothing a check does
-reaches stderr: nbgrader would score the cell 0 for it. Hidden test cells start with
-``grade = ptcourse.grading.checks.fresh()`` so that names a student redefined are not used.
+Each lab module's ``check_<id>`` functions grade through these: :func:`speedup`,
+:func:`relative_speedup` (against the reference solution timed in the same run), :func:`memory`
+and :func:`value` measure and hand the value to :func:`score`, which compares it with the row's
+target for this machine's track (a :class:`~ptcourse.grading.targets.Goal`), prints one clear
+line, and returns the points earned as a plain float (nbgrader reads a numeric last expression as
+partial credit). Below the floor it raises :class:`CheckFailed`, which nbgrader scores 0 and
+shows in feedback. Nothing a check does reaches stderr: nbgrader would score the cell 0 for it.
 """
 
 from __future__ import annotations
