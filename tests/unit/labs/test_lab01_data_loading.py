@@ -1,0 +1,175 @@
+"""Lab 01's checks: the notebook's solution earns full points, wrong answers fail, and copies of
+the baseline earn nothing on the speed check (smoke sizes, fixed secret seed)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ptcourse.assets import datasets, loaders
+from ptcourse.core import measure
+from ptcourse.grading.checks import CheckFailed
+from ptcourse.labs import lab01_data_loading as lab01
+
+NOTEBOOK = Path(__file__).resolve().parents[3] / "solutions/01-data-loading/01-data-loading.ipynb"
+EXERCISES = ("build_cache", "augment_batch", "cached_batches")
+
+
+@pytest.fixture(autouse=True)
+def smoke_seed_one_thread(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    monkeypatch.setenv("PTCOURSE_SECRET_SEED", "20261203")
+    with measure.pinned_threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def solution() -> SimpleNamespace:
+    """The notebook's answers, run from its solution cells."""
+    namespace = {"torch": torch, "F": F, "loaders": loaders}
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") in EXERCISES:
+            exec("".join(cell["source"]), namespace)
+    return SimpleNamespace(**{name: namespace[name] for name in EXERCISES})
+
+
+# What tests/integration/submissions/lab01.py hands in as the baseline-equivalent submission.
+def per_sample_augment(images, generator, spec=loaders.SPEC):
+    transform = loaders.baseline_transform(spec)
+    return torch.stack([transform(image) for image in images])
+
+
+def baseline_batches(images, labels, batch_size, generator, device="cpu"):
+    files = datasets.inspection_splits(smoke=True)[0][:64]  # the speed check pulls one batch
+    yield from loaders.baseline_loader(files, batch_size)
+
+
+def test_sizes_shrink_in_smoke_mode(monkeypatch):
+    smoke = lab01.sizes()
+    monkeypatch.setenv("PTCOURSE_SMOKE", "0")
+    full = lab01.sizes()
+    assert (smoke.batch, smoke.timed_batches) == (32, 1)
+    assert (full.batch, full.timed_batches) == (64, 2)
+    assert smoke.epoch_images == full.epoch_images == 77
+
+
+# -- check_cache ---------------------------------------------------------------------------------
+
+
+def test_cache_check_passes_the_solution_and_a_stacked_cache(solution):
+    def stacked(files):
+        images = torch.stack([loaders.decode(path) for path, _ in files])
+        return images, torch.tensor([label for _, label in files])
+
+    assert lab01.check_cache(solution.build_cache, points=1) == 1.0
+    assert lab01.check_cache(stacked, points=1) == 1.0
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [
+        (lambda cache: (cache[0].float(), cache[1]), "uint8"),
+        (lambda cache: (cache[0], cache[1].flip(0)), "aligned"),
+        (lambda cache: (cache[0][:, :, :128], cache[1]), "shape"),
+        (lambda cache: (cache[0].flip(-1), cache[1]), "PIL"),
+    ],
+)
+def test_cache_check_fails_wrong_caches(solution, wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        lab01.check_cache(lambda files: wrong(solution.build_cache(files)), points=1)
+
+
+def test_cache_check_ignores_a_patched_decoder(monkeypatch):
+    black = torch.zeros(3, 256, 256, dtype=torch.uint8)
+    monkeypatch.setattr(loaders, "decode", lambda path: black)
+
+    def black_cache(files):
+        return black.expand(len(files), 3, 256, 256), torch.tensor([y for _, y in files])
+
+    with pytest.raises(CheckFailed, match="PIL"):  # compared with the real decoder, not the patch
+        lab01.check_cache(black_cache, points=1)
+
+
+# -- check_augment -------------------------------------------------------------------------------
+
+
+def test_augment_check_passes_the_solution_and_the_per_sample_transform(solution):
+    assert lab01.check_augment(solution.augment_batch, points=3) == 3.0
+    assert lab01.check_augment(per_sample_augment, points=3) == 3.0
+
+
+def test_augment_check_fails_missing_flips_and_missing_colour_jitter(solution):
+    def never_flips(images, generator, spec=loaders.SPEC):
+        return solution.augment_batch(images, generator, dataclasses.replace(spec, flip_p=0.0))
+
+    def no_jitter(images, generator, spec=loaders.SPEC):
+        plain = dataclasses.replace(spec, brightness=0.0, contrast=0.0)
+        return solution.augment_batch(images, generator, plain)
+
+    def one_crop(images, generator, spec=loaders.SPEC):
+        same = torch.Generator().manual_seed(0)
+        return torch.cat(
+            [solution.augment_batch(x[None], same.manual_seed(0), spec) for x in images]
+        )
+
+    with pytest.raises(CheckFailed, match="flipped"):
+        lab01.check_augment(never_flips, points=3)
+    with pytest.raises(CheckFailed, match="brightness factors"):
+        lab01.check_augment(no_jitter, points=3)
+    with pytest.raises(CheckFailed, match="crop sizes"):
+        lab01.check_augment(one_crop, points=3)
+
+
+# -- check_batches -------------------------------------------------------------------------------
+
+
+def test_batches_check_passes_the_solution(solution):
+    assert lab01.check_batches(solution.cached_batches, points=2) == 2.0
+
+
+def test_batches_check_fails_misaligned_labels_repeated_epochs_and_the_baseline(solution):
+    augment = solution.augment_batch
+
+    def misaligned(images, labels, batch_size, generator, device="cpu"):
+        order = torch.randperm(len(images), generator=generator)
+        for start in range(0, len(images), batch_size):
+            index = order[start : start + batch_size]
+            yield augment(images[index], generator), labels[start : start + batch_size]
+
+    def same_every_epoch(images, labels, batch_size, generator, device="cpu"):
+        yield from solution.cached_batches(
+            images, labels, batch_size, torch.Generator().manual_seed(0)
+        )
+
+    with pytest.raises(CheckFailed, match="aligned"):
+        lab01.check_batches(misaligned, points=2)
+    with pytest.raises(CheckFailed, match="identical"):
+        lab01.check_batches(same_every_epoch, points=2)
+    with pytest.raises(CheckFailed, match="batch sizes"):
+        lab01.check_batches(baseline_batches, points=2)
+
+
+# -- check_speed ---------------------------------------------------------------------------------
+
+
+def test_speed_check_gives_the_solution_full_points(solution):
+    assert lab01.check_speed(solution.build_cache, solution.cached_batches, points=4) == 4.0
+
+
+def test_speed_check_gives_the_baseline_loader_nothing(solution):
+    with pytest.raises(CheckFailed, match="0/4 points"):
+        lab01.check_speed(solution.build_cache, baseline_batches, points=4)
+
+
+def test_speed_check_wants_the_whole_cache(solution):
+    def partial(files):
+        return solution.build_cache(files[:10])
+
+    with pytest.raises(CheckFailed, match="full uint8 set"):
+        lab01.check_speed(partial, solution.cached_batches, points=4)
