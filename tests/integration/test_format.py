@@ -54,4 +54,4 @@ def test_hidden_tests_only_in_locked_test_cells_and_reload_graders(lab):
         if "### BEGIN HIDDEN TESTS" in source:
             meta = cell["metadata"]["nbgrader"]
             assert meta["grade"] and meta["locked"] and not meta["solution"]
-            assert "fresh()" in source, "hidden tests must reload the graders"
+            assert f'fresh("{lab.number}")' in source or "fresh()" in source, "reload the graders"
