@@ -1,15 +1,17 @@
-"""Lab 04, gradient accumulation: its models, its task, the graders' reference step and an
-honest way to measure peak memory on CPU.
+"""Lab 04, gradient accumulation: its sizes, models and task, the baseline step the graders
+compare with, the demonstrations, and the graders' checks.
 
 - :func:`conv_net` is a small conv net whose activations, not its weights, take the memory
   (optionally with BatchNorm, to show where accumulation stops being exact).
-- :func:`full_batch_step` is the baseline the graders compare with: one forward and backward
-  over the whole batch.
-- :func:`rss_follows_tensors` makes CPU peak-memory measurements (sampled RSS) repeatable by
-  pinning glibc's allocation thresholds; without it, glibc's reuse of freed memory makes the
-  increase a step shows depend on what ran before it.
+- :func:`baseline_step` is what the lab starts from and the graders compare with: one forward
+  and backward over the whole batch.
 - :func:`teacher_task` and :func:`train_sgd` give the short training runs of the LR-scaling
-  experiment.
+  experiment; :func:`step_variants` and :func:`amp_training_table` the speed and AMP sections.
+- ``check_gradients``, ``check_amp`` and ``check_memory`` grade a student's ``accumulated_step``
+  on fresh models and inputs drawn from a secret seed.
+
+Peak memory on a CPU is sampled RSS: :func:`ptcourse.core.measure.rss_follows_tensors` makes it
+repeatable (the notebook's setup cell and the memory check call it).
 """
 
 from __future__ import annotations
@@ -23,13 +25,71 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ptcourse.core import measure
-from ptcourse.core.measure import release_freed_memory, rss_follows_tensors  # noqa: F401 (lab 04 API)
+from ptcourse.core import hardware, lineup, measure
+from ptcourse.core.numerics import relative_error
+from ptcourse.core.quiet import captured_stderr
+from ptcourse.core.seeds import generator, seeded
 from ptcourse.core.smoke import pick
-from ptcourse.grading.targets import CPU_VM, Target
+from ptcourse.grading import checks, targets
+from ptcourse.grading.targets import Target
+
+LAB = lineup.lab("04")
+
+LAB04_CUDA = "CUDA allocator stats — NOT measured (no GPU when this lab was written)"
+MEASURED_HERE = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
+TARGETS: tuple[Target, ...] = (
+    # Peak memory of one step, batch 64 in 4 micro-batches vs one batch (conv_net, 16 ch, no BN;
+    # 64x64 images, 32x32 in smoke). CPU: sampled RSS with glibc thresholds pinned at 128 kB
+    # (measure.rss_follows_tensors, called by the setup cell and the check); without pinning the
+    # ratio varied 1.6x-8.6x with what ran before.
+    Target("04", "peak_memory", "cpu", "memory_ratio", 3.0, 1.3,
+           "tools/measure/lab04_grad_accumulation.py, 5 runs per mode, each in a fresh process: "
+           "3.95–3.99x, median 3.99 (84.1 → 21.1 MB); smoke 3.84–3.90x, median 3.86 "
+           "(21.2 → 5.5 MB). Earlier, on the 2-core AVX2 EPYC VM (2026-12-02): 3.97–4.00x "
+           "(12 runs), smoke 3.81–3.98x (12 runs), nbgrader autograde (smoke) 3.68–3.86x "
+           "(10 runs)",
+           "one-big-batch answer, same script: 1.00x (5 runs); smoke 0.96–1.00x (5 runs)",
+           MEASURED_HERE, "2026-12-03", script="tools/measure/lab04_grad_accumulation.py"),
+    Target("04", "peak_memory", "cuda", "memory_ratio", 2.0, 1.3,
+           "not measured; the course's design goal of >= 2x", "expected 1.0x (same step)",
+           LAB04_CUDA, "2026-12-02", script="tools/measure/lab04_grad_accumulation.py"),
+)  # fmt: skip
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 Step = Callable[..., float]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The lab's problem sizes: the notebook's experiments and the graded memory check (its
+    batch, image side, width and micro-batches are the notebook's)."""
+
+    batch: int  # the big batch
+    accum_steps: int  # micro-batches it is split into
+    image: int  # image side of the memory experiments and the memory check
+    channels: int  # conv_net width
+    sweep: tuple[int, ...]  # micro-batches per step in the memory sweep
+    speed_image: int  # image side of the speed experiment
+    mlp: tuple[int, int]  # (inputs, hidden width) of the weight-heavy MLP
+    lr_samples: int  # training samples per run of the learning-rate experiment
+
+
+def sizes() -> Sizes:
+    """Batch 64 in 4 micro-batches of 64x64 images, 16 channels; smaller images in smoke mode."""
+    return Sizes(
+        batch=64,
+        accum_steps=4,
+        image=pick(64, 32),
+        channels=16,
+        sweep=pick((1, 2, 4, 8, 16), (1, 2, 4)),
+        speed_image=pick(32, 16),
+        mlp=pick((512, 2048), (256, 768)),
+        lr_samples=pick(4096, 2048),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Models, data and the baseline step
 
 
 def conv_net(channels: int = 16, num_classes: int = 4, batchnorm: bool = False) -> nn.Sequential:
@@ -65,36 +125,16 @@ def mlp(in_features: int = 32, hidden: int = 64, num_classes: int = 4, depth: in
     return nn.Sequential(*layers, nn.Linear(width, num_classes))
 
 
-def images(batch: int, size: int, num_classes: int = 4, generator: torch.Generator | None = None):
+def images(
+    batch: int, size: int, num_classes: int = 4, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
     """Random (batch, 3, size, size) inputs and labels: for gradients and memory, not learning."""
     x = torch.randn(batch, 3, size, size, generator=generator)
     y = torch.randint(0, num_classes, (batch,), generator=generator)
     return x, y
 
 
-def seeded(build: Callable[[], nn.Module], seed: int) -> nn.Module:
-    """``build()`` with its weights drawn from ``seed``, leaving the global RNG as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build()
-
-
-@dataclass(frozen=True)
-class MemoryCheck:
-    """The problem the graded memory check runs (its size is the grader's, not the notebook's)."""
-
-    batch: int
-    image: int
-    channels: int
-    accum_steps: int
-
-
-def memory_check_sizes() -> MemoryCheck:
-    """Batch 64 of 64x64 images (32x32 in smoke mode), 16 channels, 4 micro-batches."""
-    return MemoryCheck(batch=64, image=pick(64, 32), channels=16, accum_steps=4)
-
-
-def full_batch_step(model: nn.Module, loss_fn: LossFn, x: Tensor, y: Tensor) -> float:
+def baseline_step(model: nn.Module, loss_fn: LossFn, x: Tensor, y: Tensor) -> float:
     """The baseline: one forward and one backward over the whole batch.
 
     Like ``loss.backward()`` it adds into ``.grad`` (zero the gradients first); returns the
@@ -113,20 +153,6 @@ def gradients(model: nn.Module) -> list[Tensor]:
     ]
 
 
-def max_abs_difference(a: list[Tensor], b: list[Tensor]) -> float:
-    """Largest absolute difference between two lists of gradients."""
-    return max((x.double() - y.double()).abs().max().item() for x, y in zip(a, b, strict=True))
-
-
-def relative_difference(a: list[Tensor], b: list[Tensor]) -> float:
-    """||a - b|| / ||b|| over all gradients together."""
-    num = math.sqrt(
-        sum(((x.double() - y.double()) ** 2).sum().item() for x, y in zip(a, b, strict=True))
-    )
-    den = math.sqrt(sum((y.double() ** 2).sum().item() for y in b))
-    return num / max(den, 1e-30)
-
-
 def grads_after(
     step: Step, model: nn.Module, loss_fn: LossFn, x: Tensor, y: Tensor, *args: Any, **kwargs: Any
 ) -> tuple[list[Tensor], float]:
@@ -134,6 +160,10 @@ def grads_after(
     model.zero_grad(set_to_none=True)
     result = step(model, loss_fn, x, y, *args, **kwargs)
     return gradients(model), result
+
+
+# ---------------------------------------------------------------------------------------------
+# Narrative helpers: the learning-rate runs, the AMP check, the speed variants, the AMP table
 
 
 def teacher_task(
@@ -257,7 +287,7 @@ def amp_check(
     scale = float(scaler.get_scale())
     unscaled = [grad / scale for grad in got]
     return AmpCheck(
-        relative_error=relative_difference(unscaled, reference),
+        relative_error=relative_error(unscaled, reference),
         dtype_seen=seen[0] if seen else None,
         expected_dtype=torch.get_autocast_dtype(device),
         scale=scale,
@@ -291,7 +321,7 @@ def step_variants(
 
     def big_batch() -> None:
         opt.zero_grad(set_to_none=True)
-        full_batch_step(model, loss_fn, x, y)
+        baseline_step(model, loss_fn, x, y)
         opt.step()
 
     return {"small steps": small_steps, "accumulated": accumulated, "big batch": big_batch}
@@ -363,18 +393,106 @@ def amp_training_table(
     return rows
 
 
-LAB04_CUDA = "CUDA allocator stats — NOT measured (no GPU when this lab was written)"
-TARGETS: tuple[Target, ...] = (
-    # Peak memory of one step, batch 64 in 4 micro-batches vs one batch (conv_net, 16 ch, no BN;
-    # 64x64 images, 32x32 in smoke). CPU: sampled RSS with glibc thresholds pinned at 128 kB
-    # (measure.rss_follows_tensors in the setup cell); without pinning the ratio varied
-    # 1.6x-8.6x with what ran before.
-    Target("04", "peak_memory", "cpu", "memory_ratio", 3.0, 1.3,
-           "3.97–4.00x, median 3.98 (84.0 → 21.1 MB), 12 runs; smoke 3.81–3.98x, median 3.94 "
-           "(21.0 → 5.4 MB), 12 runs; hidden-test code in notebook context, other core loaded; "
-           "nbgrader autograde (smoke) 3.68–3.86x in 10 runs",
-           "one-big-batch copy 1.00x (full and smoke, 10 runs each)", CPU_VM, "2026-12-02"),
-    Target("04", "peak_memory", "cuda", "memory_ratio", 2.0, 1.3,
-           "not measured; the course's design goal of >= 2x", "expected 1.0x (same step)",
-           LAB04_CUDA, "2026-12-02"),
-)  # fmt: skip
+# ---------------------------------------------------------------------------------------------
+# The graders' checks: fresh models and inputs from a secret seed, nothing from the notebook
+
+GRADIENT_CASES: tuple[tuple[Callable[[], nn.Module], int, int | None, int], ...] = (
+    # (model, batch, image side or None for 32 features, micro-batches)
+    (lambda: conv_net(8), 64, 16, 4),
+    (lambda: conv_net(8), 62, 16, 4),
+    (lambda: conv_net(8), 24, 16, 1),
+    (lambda: mlp(32, 64), 60, None, 8),
+)
+
+
+def _same_as_one_batch(step: Step, net: nn.Module, x: Tensor, y: Tensor, accum_steps: int) -> None:
+    """Raise CheckFailed unless ``step`` leaves the weights alone and adds one batch's gradients
+    and returns its loss."""
+    weights = [p.detach().clone() for p in net.parameters()]
+    want, want_loss = grads_after(baseline_step, net, F.cross_entropy, x, y)
+    with captured_stderr():
+        got, got_loss = grads_after(step, net, F.cross_entropy, x, y, accum_steps)
+    what = f"batch {len(x)} in {accum_steps} micro-batches"
+    if not all(torch.equal(p, w) for p, w in zip(net.parameters(), weights, strict=False)):
+        raise checks.CheckFailed(
+            f"{what}: the weights changed — accumulated_step must not step an optimizer"
+        )
+    for j, (g, w) in enumerate(zip(got, want, strict=False)):
+        checks.check_close(g, w, atol=1e-5, rtol=1e-4, what=f"{what}: gradient of parameter {j}")
+    if not abs(float(got_loss) - want_loss) <= 1e-5 + 1e-4 * abs(want_loss):
+        raise checks.CheckFailed(
+            f"{what}: returned loss {float(got_loss):.6g}, full-batch loss {want_loss:.6g}"
+        )
+
+
+def check_gradients(step: Step, *, points: float) -> float:
+    """All or nothing: on every case of :data:`GRADIENT_CASES` (equal and unequal micro-batches,
+    a conv net and an MLP) ``step`` adds one full batch's gradients within fp32 rounding
+    (atol 1e-5, rtol 1e-4), returns its loss and steps no optimizer."""
+    seed = checks.secret_seed()
+    draw = generator(seed)
+    for i, (build, batch, image, accum_steps) in enumerate(GRADIENT_CASES):
+        net = seeded(build, seed + i)
+        if image:
+            x, y = images(batch, image, generator=draw)
+        else:
+            x = torch.randn(batch, 32, generator=draw)
+            y = torch.randint(0, 4, (batch,), generator=draw)
+        _same_as_one_batch(step, net, x, y, accum_steps)
+    print(f"gradients and loss equal the full batch's in all {len(GRADIENT_CASES)} cases")
+    return float(points)
+
+
+def check_amp(step: Step, *, points: float) -> float:
+    """All or nothing: with a GradScaler, ``step`` runs under autocast, its unscaled gradients
+    equal one autocast batch's (relative error < 3e-2) and it returns the unscaled loss
+    (:func:`amp_check`, batch 48 in 3 micro-batches, on this track's device)."""
+    device = hardware.track_for(LAB).device
+    with captured_stderr():
+        amp = amp_check(step, device, seed=checks.secret_seed(), batch=48, accum_steps=3)
+    print(amp.summary())
+    if amp.dtype_seen != amp.expected_dtype:
+        raise checks.CheckFailed("with a scaler, run the forward under torch.autocast")
+    if not amp.relative_error < 3e-2:
+        raise checks.CheckFailed("the unscaled gradients must equal one autocast batch's")
+    if not abs(amp.loss - amp.expected_loss) < 2e-2 * max(1.0, abs(amp.expected_loss)):
+        raise checks.CheckFailed("return the unscaled full-batch loss")
+    return float(points)
+
+
+def _memory_problem(device: str, seed: int) -> tuple[nn.Module, Tensor, Tensor]:
+    """The memory check's conv net and batch (:func:`sizes`), weights and inputs from ``seed``."""
+    size = sizes()
+    net = seeded(lambda: conv_net(size.channels), seed).to(device)
+    x, y = images(size.batch, size.image, generator=generator(seed))
+    return net, x.to(device), y.to(device)
+
+
+def check_memory(step: Step, *, points: float) -> float:
+    """Partial credit: how many times less peak memory one step of :func:`sizes`' batch needs
+    in ``accum_steps`` micro-batches (``step``) than as one batch (:func:`baseline_step`),
+    against the ``peak_memory`` row; the measured step must also leave the batch's gradients
+    (relative error < 1e-3)."""
+    goal = targets.goal(TARGETS, "peak_memory")
+    net, x, y = _memory_problem(goal.track.device, checks.secret_seed())
+    grads: dict[str, list[Tensor]] = {}
+
+    def measured(name: str, run_step: Step, *args: int) -> Callable[[], None]:
+        def run() -> None:
+            net.zero_grad(set_to_none=True)
+            run_step(net, F.cross_entropy, x, y, *args)
+            grads[name] = gradients(net)
+
+        return run
+
+    measure.rss_follows_tensors()
+    baseline = measured("one batch", baseline_step)
+    candidate = measured("accumulated", step, sizes().accum_steps)
+    with captured_stderr():
+        baseline(), candidate()  # warm-up
+    earned = checks.memory(goal, baseline, candidate, points=points)
+    if not relative_error(grads["accumulated"], grads["one batch"]) < 1e-3:
+        raise checks.CheckFailed(
+            "the measured accumulated step did not produce the full batch's gradients"
+        )
+    return earned

@@ -3,8 +3,11 @@ import torch
 import torch.nn.functional as F
 from rss_probe import run_pinned
 
-from ptcourse.core import measure
+from ptcourse.core import measure, numerics, seeds
+from ptcourse.grading import checks
 from ptcourse.labs import lab04_grad_accumulation as accumulation
+
+SEED = "1234"
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +37,38 @@ def _summed_not_scaled(model, loss_fn, x, y, accum_steps, scaler=None):
     return 0.0
 
 
+def _divided_by_k(model, loss_fn, x, y, accum_steps, scaler=None):
+    """Right for equal micro-batches only: every micro-batch mean divided by accum_steps."""
+    total = 0.0
+    for xb, yb in zip(x.tensor_split(accum_steps), y.tensor_split(accum_steps), strict=True):
+        loss = loss_fn(model(xb), yb) / accum_steps
+        loss.backward()
+        total += loss.item()
+    return total
+
+
+def _one_big_batch(model, loss_fn, x, y, accum_steps, scaler=None):
+    """The baseline-equivalent submission: one forward and backward, accum_steps ignored."""
+    return accumulation.baseline_step(model, loss_fn, x, y)
+
+
+def _steps_the_weights(model, loss_fn, x, y, accum_steps, scaler=None):
+    """Right gradients, then an SGD step of its own."""
+    loss = _accumulate(model, loss_fn, x, y, accum_steps, scaler)
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.1 * p.grad
+    return loss
+
+
+@pytest.fixture
+def graded(monkeypatch):
+    """Smoke sizes, a fixed secret seed, the CPU track."""
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    monkeypatch.setenv("PTCOURSE_SECRET_SEED", SEED)
+    monkeypatch.setenv("PTCOURSE_TRACK", "cpu")
+
+
 def test_conv_net_has_batchnorm_only_when_asked():
     plain = accumulation.conv_net(channels=4)
     with_bn = accumulation.conv_net(channels=4, batchnorm=True)
@@ -43,33 +78,25 @@ def test_conv_net_has_batchnorm_only_when_asked():
     assert with_bn(torch.randn(2, 3, 16, 16)).shape == (2, 4)
 
 
-def test_seeded_models_are_equal_and_leave_the_global_rng_alone():
-    state = torch.get_rng_state()
-    a = accumulation.seeded(lambda: accumulation.conv_net(4), 7)
-    b = accumulation.seeded(lambda: accumulation.conv_net(4), 7)
-    assert torch.equal(torch.get_rng_state(), state)
-    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
-
-
 def test_accumulated_gradients_match_the_full_batch_and_bugs_do_not():
-    model = accumulation.seeded(lambda: accumulation.conv_net(4), 0)
+    model = seeds.seeded(lambda: accumulation.conv_net(4), 0)
     x, y = accumulation.images(10, 12, generator=torch.Generator().manual_seed(0))
     full, full_loss = accumulation.grads_after(
-        accumulation.full_batch_step, model, F.cross_entropy, x, y
+        accumulation.baseline_step, model, F.cross_entropy, x, y
     )
     got, loss = accumulation.grads_after(_accumulate, model, F.cross_entropy, x, y, 4)
-    assert accumulation.max_abs_difference(got, full) < 1e-5
+    assert numerics.max_abs_error(got, full) < 1e-5
     assert abs(loss - full_loss) < 1e-5
     wrong, _ = accumulation.grads_after(_summed_not_scaled, model, F.cross_entropy, x, y, 2)
-    assert accumulation.relative_difference(wrong, full) > 0.5
+    assert numerics.relative_error(wrong, full) > 0.5
 
 
 def test_batchnorm_breaks_the_equivalence():
-    model = accumulation.seeded(lambda: accumulation.conv_net(4, batchnorm=True), 0)
+    model = seeds.seeded(lambda: accumulation.conv_net(4, batchnorm=True), 0)
     x, y = accumulation.images(16, 12, generator=torch.Generator().manual_seed(0))
-    full, _ = accumulation.grads_after(accumulation.full_batch_step, model, F.cross_entropy, x, y)
+    full, _ = accumulation.grads_after(accumulation.baseline_step, model, F.cross_entropy, x, y)
     got, _ = accumulation.grads_after(_accumulate, model, F.cross_entropy, x, y, 4)
-    assert accumulation.relative_difference(got, full) > 1e-3
+    assert numerics.relative_error(got, full) > 1e-3
 
 
 def test_amp_check_passes_a_correct_step_and_catches_missing_autocast():
@@ -85,10 +112,11 @@ import json, sys
 import torch
 import torch.nn.functional as F
 from ptcourse.core import measure
+from ptcourse.core import seeds
 from ptcourse.labs import lab04_grad_accumulation as accumulation
 pinned = measure.rss_follows_tensors()
 torch.set_num_threads(1)
-model = accumulation.seeded(lambda: accumulation.conv_net(16), 0)
+model = seeds.seeded(lambda: accumulation.conv_net(16), 0)
 x, y = accumulation.images(64, 32, generator=torch.Generator().manual_seed(0))
 
 def step(k):
@@ -118,7 +146,7 @@ def test_teacher_task_is_learnable_and_train_sgd_lines_up_by_samples():
     test = accumulation.teacher_task(512, seed=1)
     assert torch.equal(x, accumulation.teacher_task(1024, seed=0)[0])
     assert len(torch.unique(y)) == 4
-    model = accumulation.seeded(accumulation.mlp, 0)
+    model = seeds.seeded(accumulation.mlp, 0)
     curve = accumulation.train_sgd(
         model, _accumulate, x, y, batch=32, accum_steps=2, lr=0.4, samples=2048, test=test
     )
@@ -140,3 +168,99 @@ def test_step_variants_and_amp_table_run_on_cpu():
         ("fp32", 1), ("fp32", 2), ("amp", 1), ("amp", 2)
     ]  # fmt: skip
     assert all(r.ms_per_sample > 0 and r.loss == r.loss for r in rows)
+
+
+def test_sizes_follow_smoke_mode(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "0")
+    full = accumulation.sizes()
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    smoke = accumulation.sizes()
+    assert (full.batch, full.accum_steps, full.image) == (64, 4, 64)
+    assert (smoke.batch, smoke.accum_steps, smoke.image) == (64, 4, 32)
+    assert smoke.accum_steps in smoke.sweep and full.accum_steps in full.sweep
+
+
+# ---------------------------------------------------------------------------------------------
+# The graders' checks
+
+
+def test_check_gradients_gives_full_points_to_a_right_step(graded, capsys):
+    assert accumulation.check_gradients(_accumulate, points=3) == 3.0
+    assert "in all 4 cases" in capsys.readouterr().out
+
+
+def test_check_gradients_keeps_the_baseline_points(graded):
+    """One big batch has the right gradients: the baseline loses the memory and AMP points."""
+    assert accumulation.check_gradients(_one_big_batch, points=3) == 3.0
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [
+        (_summed_not_scaled, "gradient of parameter"),
+        (_divided_by_k, "batch 62 in 4 micro-batches: gradient"),
+        (_steps_the_weights, "the weights changed"),
+    ],
+    ids=["summed", "unequal micro-batches", "optimizer step"],
+)
+def test_check_gradients_fails_wrong_steps(graded, wrong, message):
+    with pytest.raises(checks.CheckFailed, match=message):
+        accumulation.check_gradients(wrong, points=3)
+
+
+def test_check_amp_gives_full_points_to_a_right_step(graded, capsys):
+    assert accumulation.check_amp(_accumulate, points=1) == 1.0
+    assert "autocast" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", [_one_big_batch, _divided_by_k], ids=["baseline", "no autocast"])
+def test_check_amp_fails_without_autocast(graded, wrong):
+    with pytest.raises(checks.CheckFailed, match="torch.autocast"):
+        accumulation.check_amp(wrong, points=1)
+
+
+MEMORY_PROBE = """
+import json, os
+os.environ.update(PTCOURSE_SMOKE="1", PTCOURSE_SECRET_SEED="%s", PTCOURSE_TRACK="cpu")
+import torch
+from ptcourse.core import measure
+from ptcourse.grading import checks
+from ptcourse.labs import lab04_grad_accumulation as accumulation
+pinned = measure.rss_follows_tensors()  # as the notebook's setup cell does
+torch.set_num_threads(1)
+%s
+def graded(step):
+    try:
+        points = accumulation.check_memory(step, points=3)
+    except checks.CheckFailed as failed:
+        points = str(failed).splitlines()[0]
+    return points, checks.RESULTS[-1].value
+print(json.dumps({"pinned": pinned, "right": graded(accumulate), "baseline": graded(one_batch),
+                  "summed": graded(summed)}))
+"""
+HELPERS = """
+def accumulate(model, loss_fn, x, y, k, scaler=None):
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        (loss_fn(model(xb), yb) * (len(xb) / len(x))).backward()
+    return 0.0
+
+def one_batch(model, loss_fn, x, y, k, scaler=None):
+    return accumulation.baseline_step(model, loss_fn, x, y)
+
+def summed(model, loss_fn, x, y, k, scaler=None):
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        loss_fn(model(xb), yb).backward()
+    return 0.0
+"""
+
+
+def test_check_memory_grades_the_peak_and_the_gradients():
+    """In a fresh process (a clean heap, as in a notebook): right 3/3, baseline and a step with
+    wrong gradients fail."""
+    result = run_pinned(MEMORY_PROBE % (SEED, HELPERS))
+    points, ratio = result["right"]
+    assert points == 3.0 and ratio > 3.0, result
+    message, ratio = result["baseline"]
+    assert "zero credit" in message and ratio < 1.3, result
+    message, ratio = result["summed"]
+    assert "did not produce the full batch's gradients" in message and ratio > 3.0, result
