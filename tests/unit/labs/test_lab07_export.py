@@ -1,4 +1,5 @@
-"""ptcourse.labs.lab07_export: the lab-07 models behave as the lab says, and its helpers report honestly."""
+"""ptcourse.labs.lab07_export: the lab-07 models behave as the lab says, its helpers report
+honestly, and its four graders score a right, a wrong and a baseline-equivalent answer."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import warnings
 import pytest
 import torch
 
+from ptcourse.assets import onnx_runtime
+from ptcourse.core import measure
+from ptcourse.core.quiet import captured_stderr
+from ptcourse.grading import checks
 from ptcourse.labs import lab07_export as export
 
 
@@ -81,3 +86,132 @@ def test_dynamic_dims_reads_names_and_sizes() -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
     )
     assert export.dynamic_dims(onnx.helper.make_model(graph)) == [["batch", 3]]
+
+
+# ---------------------------------------------------------------------------------------------
+# The graders: a right, a wrong and a baseline-equivalent answer each (smoke, fixed secret seed)
+
+
+def _export_onnx(model, example):
+    """The lab's export exercise (the solution)."""
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    return torch.onnx.export(
+        model, (example,), dynamo=True, dynamic_shapes=({0: batch},), verbose=False
+    ).model_proto
+
+
+def _ort_runner(onnx_model):
+    session = onnx_runtime.session(onnx_model, threads=1)
+    return lambda x: onnx_runtime.run(session, x)
+
+
+def _eager_runner(onnx_model):
+    """The baseline-equivalent runner: the "ONNX model" is the eager module itself."""
+    return export.baseline_runner(onnx_model)
+
+
+class _SortMedianNorm(torch.nn.Module):
+    def forward(self, x):
+        flat = x.flatten(1)
+        middle = (flat.shape[1] - 1) // 2
+        return (flat - flat.sort(dim=1).values[:, middle : middle + 1]).view_as(x)
+
+
+class _MeanNorm(torch.nn.Module):
+    def forward(self, x):
+        flat = x.flatten(1)
+        return (flat - flat.mean(dim=1, keepdim=True)).view_as(x)
+
+
+class _CondAutoGain(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(
+            x.mean() < export.DARK, lambda x: x * export.GAIN, lambda x: x.clone(), (x,)
+        )
+
+
+def _onnx(module, dynamic=True):
+    example = export.images(2, 64, generator=torch.Generator().manual_seed(0))
+    shapes = ({0: torch.export.Dim("batch", min=1, max=1024)},) if dynamic else None
+    with captured_stderr():
+        return torch.onnx.export(
+            module, (example,), dynamo=True, dynamic_shapes=shapes, verbose=False
+        ).model_proto
+
+
+@pytest.fixture
+def smoke(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    monkeypatch.setenv(checks.SEED_ENV, "3")
+
+
+@pytest.fixture(scope="module")
+def classifier_onnx():
+    if not onnx_runtime.available():
+        pytest.skip("onnxruntime not installed")
+    example = export.images(2, 64, generator=torch.Generator().manual_seed(0))
+    with captured_stderr():
+        return _export_onnx(export.inspection_classifier(seed=0), example)
+
+
+@pytest.fixture(scope="module")
+def other_onnx(classifier_onnx):
+    """A wrong answer: the classifier with other weights than the notebook's (seed 1)."""
+    return _onnx(export.inspection_classifier(seed=1))
+
+
+def test_sizes_shrink_only_the_notebook_timings(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "0")
+    full = export.sizes()
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    small = export.sizes()
+    assert small.time_budget_s < full.time_budget_s
+    assert small.hidden_batches == full.hidden_batches == ((5, 11), (3, 6))
+    assert small.image == full.image == 64
+
+
+def test_check_export(smoke, classifier_onnx, other_onnx, capsys):
+    assert export.check_export(_ort_runner, classifier_onnx, points=3) == 3.0
+    assert "agrees with eager" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed, match="ONNX Runtime at batch"):
+        export.check_export(_ort_runner, other_onnx, points=3)
+    # baseline-equivalent: eager PyTorch pasted in is right, only not exported
+    assert export.check_export(_eager_runner, export.inspection_classifier(seed=0), points=3) == 3
+
+
+def test_check_speed(smoke, classifier_onnx, other_onnx, capsys):
+    with measure.pinned_threads(1):
+        assert export.check_speed(_ort_runner, classifier_onnx, points=3) == 3.0
+        assert "ort_latency" in capsys.readouterr().out
+        with pytest.raises(checks.CheckFailed, match="ONNX Runtime at batch 1"):
+            export.check_speed(_ort_runner, other_onnx, points=3)
+        with pytest.raises(checks.CheckFailed, match="zero credit"):
+            export.check_speed(_eager_runner, export.inspection_classifier(seed=0), points=3)
+
+
+def test_check_median(smoke, capsys):
+    if not onnx_runtime.available():
+        pytest.skip("onnxruntime not installed")
+    assert export.check_median(_onnx(_SortMedianNorm()), points=3) == 3.0
+    assert "defect" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed, match="batch 3"):
+        export.check_median(_onnx(_MeanNorm()), points=3)
+    # baseline-equivalent: the export the lab starts from, without a dynamic batch, fails
+    with pytest.raises(Exception, match="(?i)dimension|shape|invalid"):
+        export.check_median(_onnx(_SortMedianNorm(), dynamic=False), points=3)
+
+
+def _trace(model, example):
+    with captured_stderr():
+        return torch.jit.trace(model, example)
+
+
+def test_check_branch(smoke, capsys):
+    script = lambda model, example: torch.jit.script(model)  # noqa: E731
+    assert export.check_branch(script, _CondAutoGain, points=3) == 3.0
+    assert "fresh inputs" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed, match="TorchScript, dark"):
+        export.check_branch(_trace, _CondAutoGain, points=3)  # traced on a bright example
+    # baseline-equivalent: AutoGain as it is cannot be exported
+    with pytest.raises(Exception, match="(?i)data-dependent"):
+        export.check_branch(script, export.AutoGain, points=3)
