@@ -2,7 +2,8 @@
 
 - :func:`deployed_model` is the lab's inspection classifier in eval mode: ``models.tiny_cnn``
   (Conv+BN+ReLU blocks) whose BatchNorm layers hold realistic, non-trivial statistics, so
-  folding them into the convs changes every weight.
+  folding them into the convs changes every weight. :func:`baseline_fuse_conv_bn` and
+  :func:`baseline_to_bf16` are what the two timed exercises start from: the model as it is.
 - :func:`reference_fold` and :func:`reference_fuse` are the graders' references: PyTorch's own
   ``fuse_conv_bn_eval`` and the torch.fx pass ``torch.fx.experimental.optimization.fuse``.
 - :func:`export` and :func:`optimized_graph` turn a model into ONNX and read back the graph
@@ -10,6 +11,7 @@
   :mod:`ptcourse.assets.onnx_runtime`).
 - :func:`inspection_model` is a classifier with a head fitted on the inspection images, for the
   precision experiment: how many predictions (and how much accuracy) bf16 changes.
+- ``check_*``: the graders of the notebook's hidden test cells, one per cell.
 """
 
 from __future__ import annotations
@@ -30,15 +32,37 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ptcourse.assets import datasets, models, onnx_runtime
-from ptcourse.core import hardware
+from ptcourse.core import hardware, lineup, numerics, seeds
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import is_smoke
-from ptcourse.grading.targets import CPU_VM, Target
+from ptcourse.grading import checks, targets
+from ptcourse.grading.targets import Target
 
-LAB = "08"
-CHANNELS = 16  # tiny_cnn width: small enough that per-layer overhead, not arithmetic, dominates
-IMAGE = 32  # side of the images the latency checks use (batch 1)
-PROBE_IMAGE = 64  # side of the inspection images the precision experiment classifies
+LAB = lineup.lab("08")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The lab's problem sizes. The models and images are the same in smoke and full mode (the
+    inspection dataset itself is smaller in smoke mode); only the notebook's throughput
+    demonstration and the time it spends per measurement shrink."""
+
+    channels: int = 16  # tiny_cnn width: per-layer overhead, not arithmetic, dominates
+    image: int = 32  # side of the images the latency checks use (batch 1)
+    probe_image: int = 64  # side of the inspection images the precision experiment classifies
+    probe_batch: int = 64  # images per call when the precision experiment classifies them
+    bf16_batch: int = 16  # (batch, side) the bf16 speed check times: a throughput-sized call
+    bf16_image: int = 64
+    throughput: tuple[int, int] = (16, 96)  # (batch, side) of the notebook's throughput call
+    budget_s: float = 4.0  # seconds per interleaved comparison in the notebook's demonstrations
+    run_time_s: float = 0.5  # seconds per single timing in the notebook
+
+
+def sizes() -> Sizes:
+    """The sizes for the current mode (smoke or full)."""
+    if is_smoke():
+        return Sizes(throughput=(8, 64), budget_s=0.5, run_time_s=0.05)
+    return Sizes()
 
 
 def fast_bf16() -> bool:
@@ -65,22 +89,28 @@ def randomize_batchnorm(model: nn.Module, generator: torch.Generator) -> nn.Modu
     return model
 
 
-def deployed_model(seed: int = 0, channels: int = CHANNELS) -> nn.Module:
+def deployed_model(seed: int = 0, channels: int = Sizes.channels) -> nn.Module:
     """The inspection classifier as it would be deployed: ``tiny_cnn`` in eval mode with
     non-trivial BatchNorm statistics, weights drawn from ``seed`` (global RNG untouched)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = models.tiny_cnn(len(datasets.INSPECTION_CLASSES), channels)
-    return randomize_batchnorm(model, torch.Generator().manual_seed(seed + 1)).eval()
+    model = seeds.seeded(lambda: models.tiny_cnn(len(datasets.INSPECTION_CLASSES), channels), seed)
+    return randomize_batchnorm(model, seeds.generator(seed + 1)).eval()
 
 
 def resnet(seed: int = 0) -> nn.Module:
     """A ResNet-18 (``models.image_classifier``) in eval mode with random BatchNorm statistics:
     BatchNorms inside residual blocks and in the downsampling shortcuts."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = models.image_classifier(len(datasets.INSPECTION_CLASSES))
-    return randomize_batchnorm(model, torch.Generator().manual_seed(seed + 1)).eval()
+    model = seeds.seeded(lambda: models.image_classifier(len(datasets.INSPECTION_CLASSES)), seed)
+    return randomize_batchnorm(model, seeds.generator(seed + 1)).eval()
+
+
+def baseline_fuse_conv_bn(model: nn.Module) -> nn.Module:
+    """What exercise 2 starts from: the deployed model as it is, nothing folded (a copy)."""
+    return copy.deepcopy(model).eval()
+
+
+def baseline_to_bf16(model: nn.Module) -> nn.Module:
+    """What exercise 4 starts from: the model in float32 (a copy)."""
+    return copy.deepcopy(model).eval()
 
 
 def reference_fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
@@ -100,11 +130,6 @@ def reference_fuse(model: nn.Module) -> nn.Module:
 def count_batchnorms(model: nn.Module) -> int:
     """How many BatchNorm modules ``model`` still calls (modules reachable from it)."""
     return sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-
-
-def max_difference(a: Tensor, b: Tensor) -> float:
-    """Largest absolute difference between two tensors, in float64."""
-    return (a.double() - b.double()).abs().max().item()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,7 +152,7 @@ def export(model: nn.Module, example: Tensor) -> bytes:
 
 
 @functools.cache
-def exported_deployed(seed: int = 0, side: int = IMAGE) -> bytes:
+def exported_deployed(seed: int = 0, side: int = Sizes.image) -> bytes:
     """:func:`export` of ``deployed_model(seed)`` at batch 1, cached per process (~4 s each)."""
     return export(deployed_model(seed), torch.zeros(1, 3, side, side))
 
@@ -173,31 +198,6 @@ def optimized_graph(model: bytes, optimization: str) -> collections.Counter[str]
 # Reduced precision on the inspection images
 
 
-@functools.cache
-@torch.inference_mode(False)
-def _inspection_tensors(smoke: bool, side: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    from ptcourse.assets import loaders
-
-    train, test = datasets.inspection_splits(smoke)
-
-    def load(files: list[tuple[Any, int]]) -> tuple[Tensor, Tensor]:
-        pixels = torch.stack([loaders.decode(path) for path, _ in files]).float() / 255
-        images = F.interpolate(pixels, size=(side, side), mode="bilinear", antialias=True)
-        return images, torch.tensor([label for _, label in files])
-
-    x_train, y_train = load(train)
-    x_test, y_test = load(test)
-    mean = x_train.mean(dim=(0, 2, 3), keepdim=True)
-    std = x_train.std(dim=(0, 2, 3), keepdim=True)
-    return (x_train - mean) / std, y_train, (x_test - mean) / std, y_test
-
-
-def inspection_tensors(side: int = PROBE_IMAGE) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Normalised inspection images at ``side`` x ``side``: (x_train, y_train, x_test, y_test),
-    smoke-size dataset in smoke mode. Decoded once per process."""
-    return _inspection_tensors(is_smoke(), side)
-
-
 @torch.enable_grad()
 def _fit_head(features: Tensor, labels: Tensor, classes: int) -> nn.Linear:
     """Multinomial logistic regression (L-BFGS, a little L2) on fixed features."""
@@ -214,40 +214,43 @@ def _fit_head(features: Tensor, labels: Tensor, classes: int) -> nn.Linear:
     return head
 
 
-@functools.cache
-@torch.inference_mode(False)
-def _inspection_model(seed: int, smoke: bool) -> nn.Module:
-    x_train, y_train, _, _ = _inspection_tensors(smoke, PROBE_IMAGE)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = models.tiny_cnn(len(datasets.INSPECTION_CLASSES), CHANNELS)
-        with torch.no_grad():  # calibrate BatchNorm on the training images
-            for module in model.modules():
-                if isinstance(module, nn.BatchNorm2d):
-                    module.momentum = None  # cumulative average over the calibration pass
-            model.train()(x_train[:256])
-        model.eval()
-        body = nn.Sequential(*list(model)[:-1])
-        with torch.no_grad():
-            features = body(x_train)
-        mean, std = features.mean(0), features.std(0) + 1e-6
-        head = _fit_head((features - mean) / std, y_train, len(datasets.INSPECTION_CLASSES))
-        with torch.no_grad():  # fold the feature standardisation into the head
-            last = model[-1]
-            last.weight.copy_(head.weight / std)
-            last.bias.copy_(head.bias - (head.weight * mean / std).sum(1))
+def _probe(x_train: Tensor, y_train: Tensor) -> nn.Module:
+    """A fresh tiny_cnn (global RNG) with BatchNorm calibrated and the head fitted on the images."""
+    model = models.tiny_cnn(len(datasets.INSPECTION_CLASSES), Sizes.channels)
+    with torch.no_grad():  # calibrate BatchNorm on the training images
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.momentum = None  # cumulative average over the calibration pass
+        model.train()(x_train[:256])
+    model.eval()
+    body = nn.Sequential(*list(model)[:-1])
+    with torch.no_grad():
+        features = body(x_train)
+    mean, std = features.mean(0), features.std(0) + 1e-6
+    head = _fit_head((features - mean) / std, y_train, len(datasets.INSPECTION_CLASSES))
+    with torch.no_grad():  # fold the feature standardisation into the head
+        last = model[-1]
+        last.weight.copy_(head.weight / std)
+        last.bias.copy_(head.bias - (head.weight * mean / std).sum(1))
     return model
 
 
+@functools.cache
+@torch.inference_mode(False)
+def _inspection_model(seed: int, smoke: bool) -> nn.Module:
+    x_train, y_train, _, _ = datasets.inspection_tensors(Sizes.probe_image, "channel", smoke)
+    return seeds.seeded(lambda: _probe(x_train, y_train), seed)
+
+
 def inspection_model(seed: int = 0) -> nn.Module:
-    """A tiny_cnn classifier for the inspection images at ``PROBE_IMAGE`` px, eval mode.
+    """A tiny_cnn classifier for the inspection images at ``probe_image`` px, eval mode.
 
     Its convolutions keep their random initial weights and BatchNorm statistics calibrated on
     the training images; only the linear head is fitted (logistic regression on the pooled
-    features, a "linear probe"). It is a weak classifier — a little above chance — but a real
-    one, which is all the precision experiment needs. Training the whole network to a good
-    accuracy takes far longer than this lab has. A fresh copy each call (fitted once).
-    """
+    features, a "linear probe"). It is a weak classifier — near chance: 24–32% on 4 classes at
+    full size — but its predictions are real, which is all the precision experiment needs.
+    Training the whole network to a good accuracy takes far longer than this lab has. A fresh
+    copy each call (fitted once per seed and dataset size)."""
     return copy.deepcopy(_inspection_model(seed, is_smoke()))
 
 
@@ -277,10 +280,11 @@ class PrecisionChange:
 
 @torch.no_grad()
 def precision_change(
-    convert: Callable[[nn.Module], nn.Module], seed: int = 0, batch: int = 64
+    convert: Callable[[nn.Module], nn.Module], seed: int = 0, batch: int = Sizes.probe_batch
 ) -> PrecisionChange:
-    """Run :func:`inspection_model` in fp32 and as ``convert(copy)`` on the test images."""
-    _, _, x_test, y_test = inspection_tensors()
+    """Run :func:`inspection_model` in fp32 and as ``convert(copy)`` on the inspection test
+    images (``probe_image`` px, standardised per channel with the training split's statistics)."""
+    _, _, x_test, y_test = datasets.inspection_tensors(Sizes.probe_image, "channel")
     model = inspection_model(seed)
     low = convert(copy.deepcopy(model))
     ref = torch.cat([model(x_test[i : i + batch]) for i in range(0, len(x_test), batch)])
@@ -289,7 +293,7 @@ def precision_change(
         accuracy_fp32=(ref.argmax(1) == y_test).float().mean().item(),
         accuracy_low=(out.argmax(1) == y_test).float().mean().item(),
         flipped=(ref.argmax(1) != out.argmax(1)).float().mean().item(),
-        relative_error=((out.double() - ref.double()).norm() / ref.double().norm()).item(),
+        relative_error=numerics.relative_error(out, ref),
         images=len(x_test),
         output_dtype=out.dtype,
     )
@@ -407,7 +411,9 @@ class TensorRTModule:
         return out
 
 
-def torch_tensorrt_module(model: nn.Module, side: int, batches=(1, 8, 16)) -> Any:
+def torch_tensorrt_module(
+    model: nn.Module, side: int, batches: tuple[int, int, int] = (1, 8, 16)
+) -> Any:
     """The same engine through Torch-TensorRT (dynamo path): FP16 allowed, batch profile."""
     import torch_tensorrt
 
@@ -421,39 +427,232 @@ def torch_tensorrt_module(model: nn.Module, side: int, batches=(1, 8, 16)) -> An
     )
 
 
-# Lab 08: filled from that lab's measurements.
-LAB08_RUNS = "hidden-test code, 12 runs full + 12 smoke"
-LAB08_NOT_MEASURED = "NOT measured (no GPU, no AMX/avx512_bf16 when this lab was written)"
+# ---------------------------------------------------------------------------------------------
+# The graders: one check per hidden test cell
+
+
+def _fold_cases() -> list[nn.Conv2d]:
+    """The convs check_fold folds: with and without bias, strided, grouped, 1x1 (global RNG)."""
+    return [
+        nn.Conv2d(3, 16, 3, padding=1, bias=False),
+        nn.Conv2d(16, 8, 3, stride=2, padding=1, bias=True),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False),
+        nn.Conv2d(8, 12, 1, bias=True),
+    ]
+
+
+Fold = Callable[[nn.Conv2d, nn.BatchNorm2d], nn.Conv2d]
+
+
+def check_fold(fold_bn: Fold, *, points: float) -> float:
+    """``fold_bn`` on fresh convs and BatchNorms (secret seed) equals ``reference_fold``."""
+    seed = checks.secret_seed()
+    gen = seeds.generator(seed)
+    convs = seeds.seeded(_fold_cases, seed)
+    for conv in convs:
+        bn = randomize_batchnorm(nn.BatchNorm2d(conv.out_channels), gen).eval()
+        xs = torch.randn(3, conv.in_channels, 10, 10, generator=gen)
+        with torch.no_grad():
+            want = reference_fold(conv, bn)(xs)
+            with captured_stderr():
+                got = fold_bn(conv, bn)(xs)
+        checks.check_close(got, want, atol=1e-5, rtol=1e-4, what=f"fold_bn({conv})")
+    print(f"fold_bn matches torch.nn.utils.fusion.fuse_conv_bn_eval on {len(convs)} fresh convs")
+    return float(points)
+
+
+def _fused_equal(fuse_conv_bn: Callable[[nn.Module], nn.Module], name: str, net: nn.Module,
+                 xs: Tensor) -> int:  # fmt: skip
+    """Check one fused model (outputs equal, no BatchNorm left, ``net`` unchanged); return how
+    many BatchNorms ``net`` has."""
+    bns = count_batchnorms(net)
+    with torch.inference_mode():
+        want = net(xs)
+        with captured_stderr():
+            fused_net = fuse_conv_bn(net)
+            got = fused_net(xs)
+        again = net(xs)
+    if count_batchnorms(net) != bns or not torch.equal(again, want):
+        raise checks.CheckFailed(f"{name}: fuse_conv_bn changed the model it was given")
+    left = count_batchnorms(fused_net)
+    if left:
+        raise checks.CheckFailed(f"{name}: {left} of {bns} BatchNorm modules are left")
+    scale = want.abs().max().item()
+    checks.check_close(got, want, atol=1e-4 * scale, rtol=1e-4, what=f"{name} logits")
+    return bns
+
+
+def check_fuse(fuse_conv_bn: Callable[[nn.Module], nn.Module], *, points: float) -> float:
+    """``fuse_conv_bn`` keeps the outputs of a fresh tiny CNN and a ResNet-18 and folds every
+    BatchNorm, without changing the model it is given."""
+    seed = checks.secret_seed()
+    gen = seeds.generator(seed)
+    for name, net in [("tiny CNN", deployed_model(seed)), ("ResNet-18", resnet(seed))]:
+        xs = torch.randn(2, 3, 32, 32, generator=gen)
+        bns = _fused_equal(fuse_conv_bn, name, net, xs)
+        print(f"{name}: {bns} BatchNorms folded, outputs equal")
+    return float(points)
+
+
+def fusion_speed_case(seed: int) -> tuple[nn.Module, Tensor]:
+    """The deployed model and the batch-1 image check_fusion_speed times (from ``seed``)."""
+    side = sizes().image
+    return deployed_model(seed + 7), torch.randn(1, 3, side, side, generator=seeds.generator(seed))
+
+
+@torch.inference_mode()
+def grade_fusion_latency(net: nn.Module, fused_net: nn.Module, xs: Tensor, *,
+                         points: float) -> float:  # fmt: skip
+    """Points for the batch-1 latency of ``fused_net`` against ``net`` as it was (the baseline),
+    interleaved, one thread (row ``fusion_latency``)."""
+    base = baseline_fuse_conv_bn(net)
+    goal = targets.goal(TARGETS, "fusion_latency")
+    return checks.speedup(goal, lambda: base(xs), lambda: fused_net(xs), points=points)
+
+
+def check_fusion_speed(fuse_conv_bn: Callable[[nn.Module], nn.Module], *, points: float) -> float:
+    """Batch-1 latency of the fused tiny CNN against the original (fresh weights and input),
+    interleaved, one thread; the fused model must compute the same and hold no BatchNorm."""
+    net, xs = fusion_speed_case(checks.secret_seed())
+    with torch.inference_mode():
+        with captured_stderr():
+            fused_net = fuse_conv_bn(net)
+            got = fused_net(xs)
+        checks.check_close(got, net(xs), atol=1e-4, rtol=1e-4, what="fused logits")
+    if count_batchnorms(fused_net):
+        raise checks.CheckFailed("BatchNorm modules are left: nothing folded")
+    return grade_fusion_latency(net, fused_net, xs, points=points)
+
+
+def check_ort(optimized_session: Callable[[bytes, str, str], Any], *, points: float) -> float:
+    """``optimized_session`` writes the graph ONNX Runtime optimised at "basic" and "all" (the
+    same graph the reference writes) and computes the model."""
+    side = sizes().image
+    onnx_bytes = exported_deployed(0, side)
+    net = deployed_model(0)
+    xs = torch.randn(1, 3, side, side, generator=checks.secret_generator())
+    with torch.inference_mode():
+        want = net(xs)
+    with tempfile.TemporaryDirectory() as folder:
+        for level in ("basic", "all"):
+            path = os.path.join(folder, f"student-{level}.onnx")
+            with captured_stderr():
+                sess = optimized_session(onnx_bytes, level, path)
+            if not os.path.exists(path):
+                raise checks.CheckFailed(f"{level}: no optimised graph written to the given path")
+            got, expected = op_counts(path), optimized_graph(onnx_bytes, level)
+            if got != expected:
+                raise checks.CheckFailed(f"{level}: graph {dict(got)}, expected {dict(expected)}")
+            with captured_stderr():
+                logits = onnx_runtime.run(sess, xs)
+            checks.check_close(logits, want, atol=1e-4, rtol=1e-4, what=f"ORT ({level}) logits")
+    print("optimised graphs written at 'basic' and 'all'; outputs equal PyTorch's")
+    return float(points)
+
+
+def check_bf16_accuracy(to_bf16: Callable[[nn.Module], nn.Module], *, points: float) -> float:
+    """|accuracy change| of ``to_bf16`` on the inspection test images (a fresh classifier)."""
+    with captured_stderr():
+        change = precision_change(to_bf16, seed=checks.secret_seed() % 1000)
+    print(change.summary())
+    if change.output_dtype != torch.float32:
+        raise checks.CheckFailed("to_bf16 must return float32 logits")
+    if not change.relative_error < 0.2:
+        raise checks.CheckFailed("bf16 logits are far from fp32's: is the model converted right?")
+    goal = targets.goal(TARGETS, "bf16_accuracy_change")
+    return checks.value(goal, lambda: abs(change.accuracy_drop), points=points)
+
+
+def grade_bf16_speed(net: nn.Module, low_net: nn.Module, seed: int, *, points: float) -> float:
+    """Points for the speed of ``low_net`` over ``net`` in fp32 (the baseline) at a
+    throughput-sized batch, interleaved, one thread (row ``bf16_speed``)."""
+    size = sizes()
+    xs = torch.randn(size.bf16_batch, 3, size.bf16_image, size.bf16_image,
+                     generator=seeds.generator(seed))  # fmt: skip
+    base = baseline_to_bf16(net)
+
+    def fp32_call() -> Tensor:
+        with torch.inference_mode():
+            return base(xs)
+
+    def bf16_call() -> Tensor:
+        with torch.inference_mode():
+            return low_net(xs)
+
+    return checks.speedup(targets.goal(TARGETS, "bf16_speed"), fp32_call, bf16_call, points=points)
+
+
+def grade_bf16_in_effect(low_net: nn.Module, seed: int, *, points: float) -> float:
+    """Points for the share of conv and linear outputs ``low_net`` computes in bf16 (row
+    ``bf16_in_effect``: where bf16 has no hardware, its speed says nothing)."""
+    side = sizes().image
+    xs = torch.randn(1, 3, side, side, generator=seeds.generator(seed))
+    goal = targets.goal(TARGETS, "bf16_in_effect")
+    return checks.value(goal, lambda: low_precision_share(low_net, xs), points=points)
+
+
+def check_bf16_speed(to_bf16: Callable[[nn.Module], nn.Module], *, points: float) -> float:
+    """On a CPU with bf16 hardware: the speedup of ``to_bf16``'s model over fp32 at a
+    throughput-sized batch. Elsewhere: that every conv and the head compute in bf16."""
+    seed = checks.secret_seed()
+    net = deployed_model(seed)
+    with captured_stderr():
+        low_net = to_bf16(net)
+    if fast_bf16():
+        return grade_bf16_speed(net, low_net, seed, points=points)
+    print("no AMX/avx512_bf16 here: grading that the convs and the head compute in bf16")
+    return grade_bf16_in_effect(low_net, seed, points=points)
+
+
+# Lab 08: measured by tools/measure/lab08_tensorrt.py (through the checks above; --smoke for the
+# smoke-size dataset) on a machine that other jobs also loaded heavily (load average 10–15 on its
+# 2 cores). Earlier numbers from the 2-core AVX2-only AMD EPYC VM the lab was written on
+# (targets.CPU_VM, 2026-12-03, hidden-test code) are quoted where they explain a target.
+SCRIPT = "tools/measure/lab08_tensorrt.py"
+MEASURED_ON = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
+NOT_MEASURED = "NOT measured (no GPU when this lab was written)"
 TARGETS: tuple[Target, ...] = (
     # Batch-1 latency of deployed_model (tiny_cnn 16 ch, 32x32) with BatchNorm folded (torch.fx
     # GraphModule) vs the original, eager, 1 thread. Same sizes in smoke and full.
-    Target("08", "fusion_latency", "cpu", "speedup", 1.2, 1.1,
-           "1.267–1.318x, median 1.284 (full); 1.274–1.350x, median 1.29 (smoke); "
-           "nbgrader autograde (smoke) 1.27–1.31x in 20 runs; fx-traced but unfolded 0.90–0.97x",
-           "unfused copy 0.98–1.05x (24 runs)", f"{CPU_VM}; {LAB08_RUNS}", "2026-12-03"),
-    # |accuracy(bf16) − accuracy(fp32)| of fusion.inspection_model (head fitted on features,
-    # ~30–40% on 4 classes) on the inspection test split: 64 images smoke, 480 full.
-    Target("08", "bf16_accuracy_change", "cpu", "accuracy_drop", 0.05, 0.15,
-           "|change| 0–0.031 (smoke, flips ≤ 6.3%), 0–0.0104 (full, flips ≤ 3.3%); logits "
-           "2–5% relative; 12 seeds each; autograde 0–0.031 in 20 runs",
-           "fp32 copy: 0 (this check is not a speed check)", f"{CPU_VM}; {LAB08_RUNS}",
-           "2026-12-03"),
+    Target(LAB.number, "fusion_latency", "cpu", "speedup", 1.2, 1.1,
+           f"{SCRIPT}: 1.18–1.36x, median 1.19 (5 runs), 1.05–1.26x, median 1.16 (10 runs; load "
+           "average 10–15) and 1.05–1.36x, median 1.21 (10 runs; load average 5–7), full size; "
+           "points per run median 2.73, 1.9 and 3 of 3, 0 in 2 of 25; on the AVX2 VM "
+           "(targets.CPU_VM, quieter) 1.267–1.318x, "
+           "median 1.284 (full), 1.274–1.350x, median 1.29 (smoke), 12 runs each",
+           f"{SCRIPT}: unfolded copy 0.879–1.02x, median 0.944 (5 runs), 0.127–1.07x, median "
+           "0.989 (10 runs), 0.791–3.75x, median 0.985 (10 runs): 0 points in the first 15 runs, "
+           "median 0 in the last 10, where one load stall gave 3.75x and 3/3",
+           MEASURED_ON, "2026-12-03", SCRIPT),
+    # |accuracy(bf16) − accuracy(fp32)| of inspection_model (linear probe: 24–32% full, 14–44%
+    # smoke, on 4 classes) on the inspection test split: 64 images smoke, 480 full.
+    Target(LAB.number, "bf16_accuracy_change", "cpu", "accuracy_drop", 0.05, 0.15,
+           f"{SCRIPT}: |change| 0–0.0104, median 0.0042 (full, 5 runs; fp32 accuracy 0.25–0.31), "
+           "0–0.0469, median 0.0078 (smoke, 10 runs; flips ≤ 11%); logits 2–5% relative. Over "
+           "seeds 0–199 (smoke) |change| ≤ 0.0469 (3 of 64 images), over seeds 0–23 (full) "
+           "≤ 0.0104",
+           f"{SCRIPT}: fp32 copy 0 in every run (2/2 points: not a speed check)",
+           MEASURED_ON, "2026-12-03", SCRIPT),
     # Where bf16 is slow (no AMX/avx512_bf16) the speed cell grades instead that every
-    # Conv2d/Linear output is bf16 (fusion.low_precision_share).
-    Target("08", "bf16_in_effect", "cpu", "score", 1.0, 0.0,
-           "1.0 in 20 of 20 autogrades (smoke) and every notebook run",
-           "fp32 copy 0.0 (autograde)", CPU_VM, "2026-12-03"),
-    Target("08", "bf16_speed", "cpu", "speedup", 1.3, 1.15,
-           "not measured; a course author's bf16 autocast ResNet-18 training step ran 2.4x on Sapphire Rapids "
-           "(AMX); here (AVX2) bf16 ran 0.22x of fp32, so this row is never used here",
-           "fp32 copy ≈ 1.0x expected", LAB08_NOT_MEASURED, "2026-12-03"),
+    # Conv2d/Linear output is bf16 (low_precision_share).
+    Target(LAB.number, "bf16_in_effect", "cpu", "score", 1.0, 0.0,
+           f"{SCRIPT}: 1.0 in 15 of 15 runs (5 full, 10 smoke)",
+           f"{SCRIPT}: fp32 copy 0.0 in 15 of 15 runs", MEASURED_ON, "2026-12-03", SCRIPT),
+    # Batch 16 at 64 px, fp32 vs the bf16 copy, 1 thread; graded only where fast_bf16().
+    Target(LAB.number, "bf16_speed", "cpu", "speedup", 1.3, 1.15,
+           f"{SCRIPT}: 1.29–1.67x, median 1.44 (5 runs, load average ~15) and 1.85–2.66x, median "
+           "2.02 (10 runs, load average ~11), full size; 2.59–2.74x with the machine idle",
+           f"{SCRIPT}: fp32 copy 0.879–1.13x, median 1.0–1.07, 0 points in 15 of 15 runs",
+           MEASURED_ON, "2026-12-03", SCRIPT),
     # Shown, not graded: an optimised inference engine vs eager fp32. CPU: ONNX Runtime at
     # level "all" vs eager, deployed_model at batch 1, 32 px (section 4); GPU: the TensorRT FP16
     # engine of ResNet-18 vs eager fp32 (section 7).
-    Target("08", "engine_speedup", "cpu", "speedup", 3.0, 1.15,
-           "5.00–5.14x, median 5.05 (smoke, 10 runs); 5.00–5.09x, median 5.04 (full, 10 runs)",
-           "eager vs eager 1.0x", CPU_VM, "2026-12-03"),
-    Target("08", "engine_speedup", "cuda", "speedup", 2.0, 1.15,
-           "not measured; the claim lab 08 quotes: ResNet-50 on Jetson Xavier 45 → 11 ms (4.1x), FP16 2x",
-           "eager fp32 1.0x", LAB08_NOT_MEASURED, "2026-12-03"),
+    Target(LAB.number, "engine_speedup", "cpu", "speedup", 3.0, 1.15,
+           f"{SCRIPT}: 4.81–6.1x, median 4.92 (full, 5 runs)",
+           f"{SCRIPT}: eager vs eager 0.899–0.991x, median 0.972 (5 runs)",
+           MEASURED_ON, "2026-12-03", SCRIPT),
+    Target(LAB.number, "engine_speedup", "cuda", "speedup", 2.0, 1.15,
+           "not measured; the claim lab 08 quotes: ResNet-50 on Jetson Xavier 45 → 11 ms "
+           "(4.1x), FP16 2x",
+           "eager fp32 1.0x", NOT_MEASURED, "2026-12-03"),
 )  # fmt: skip
