@@ -14,6 +14,8 @@ import functools
 import gc
 import itertools
 import math
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -306,6 +308,37 @@ def compare_many(
 def _all_settled(rounds: list[list[float]]) -> bool:
     table = np.asarray(rounds)
     return all(_settled(list(table[:, 0] / table[:, i]), None, 0) for i in range(1, table.shape[1]))
+
+
+@contextlib.contextmanager
+def busy_cores(n: int, max_seconds: float = 120.0) -> Iterator[list[subprocess.Popen]]:
+    """Run ``n`` CPU-bound neighbour processes while the block runs.
+
+    Each neighbour also stops by itself after ``max_seconds``, so none outlives a crashed
+    kernel for long. Their output goes nowhere (nothing reaches this process's stderr).
+    """
+    code = (
+        "import time\n"
+        f"end = time.monotonic() + {float(max_seconds)!r}\n"
+        "while time.monotonic() < end: pass\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(max(0, n))
+    ]
+    try:
+        time.sleep(0.05 if procs else 0)  # let them start spinning
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@
   duration (a hidden test draws it from a secret seed). Kernels run on a virtual timeline, not
   on a thread: a launch wakes nothing, so it cannot be delayed by the OS scheduler handing the
   CPU to another thread (a thread-based queue was, by 5-15 ms, on a loaded 2-core machine).
-* :func:`busy_cores` — start CPU-bound neighbour processes for a while, to show what a shared
+* ``measure.busy_cores`` starts CPU-bound neighbour processes for a while, to show what a shared
   machine does to a measurement.
 * :func:`baseline_time_it` — the naive timer the lab starts from (one call, no warm-up, no sync).
 * :func:`timer_error` — what the timer checks grade: how far a student's timer lands from
@@ -294,37 +294,6 @@ def warming(first_s: float, steady_s: float, slow_calls: int = 1) -> Work:
         time.sleep(first_s if calls <= slow_calls else steady_s)
 
     return work
-
-
-@contextlib.contextmanager
-def busy_cores(n: int, max_seconds: float = 120.0) -> Iterator[list[subprocess.Popen]]:
-    """Run ``n`` CPU-bound neighbour processes while the block runs.
-
-    Each neighbour also stops by itself after ``max_seconds``, so none outlives a crashed
-    kernel for long. Their output goes nowhere (nothing reaches this process's stderr).
-    """
-    code = (
-        "import time\n"
-        f"end = time.monotonic() + {float(max_seconds)!r}\n"
-        "while time.monotonic() < end: pass\n"
-    )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(max(0, n))
-    ]
-    try:
-        time.sleep(0.05 if procs else 0)  # let them start spinning
-        yield procs
-    finally:
-        for proc in procs:
-            proc.kill()
-        for proc in procs:
-            proc.wait()
 
 
 def neighbours_for_contention() -> int:

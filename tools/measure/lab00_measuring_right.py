@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ptcourse.core import lineup
+from ptcourse.core import lineup, measure
 from ptcourse.grading import checks
 from ptcourse.labs import module
 
@@ -106,7 +106,7 @@ def main() -> None:
     lab = module("00")
     rows = answers(lab)
     print(f"lab 00, {'smoke' if args.smoke else 'full'} sizes, {args.runs} runs per answer")
-    with lab.busy_cores(1, max_seconds=3600):
+    with measure.busy_cores(1, max_seconds=3600):
         for row in lab.TARGETS:
             relation = "≥" if row.higher_is_better else "≤"
             print(f"{row.check}: {row.kind} {relation} {row.target:g}, floor {row.floor:g}")

@@ -23,9 +23,7 @@ import io
 import json
 import os
 import statistics
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ptcourse.assets import datasets, loaders
+from ptcourse.core import measure
 from ptcourse.core.smoke import ENV_VAR
 from ptcourse.grading import checks
 from ptcourse.labs import lab01_data_loading as lab01
@@ -54,17 +53,6 @@ def solution() -> SimpleNamespace:
 def baseline_batches(images, labels, batch_size, generator, device="cpu"):
     """Baseline-equivalent ``cached_batches``: the baseline DataLoader over the JPEG files."""
     yield from loaders.baseline_loader(datasets.inspection_splits()[0], batch_size)
-
-
-@contextlib.contextmanager
-def busy_neighbour() -> Iterator[None]:
-    """A busy-loop process on another core for the duration of the block."""
-    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        yield
-    finally:
-        process.kill()
-        process.wait()
 
 
 def graded(check: Callable[[], float]) -> checks.Result:
@@ -114,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     answer = solution()
     modes = ("full", "smoke") if args.mode == "both" else (args.mode,)
     results = {}
-    with busy_neighbour():
+    with measure.busy_cores(1, max_seconds=7200):
         for mode in modes:
             results[mode] = measure_mode(mode, args.runs, answer)
     for mode, ratios in results.items():

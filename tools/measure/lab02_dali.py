@@ -26,9 +26,7 @@ import json
 import os
 import runpy
 import statistics
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +85,6 @@ def baseline_answers() -> dict[str, Any]:
 
 def unanswered(*args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError
-
-
-@contextlib.contextmanager
-def other_core_busy() -> Iterator[None]:
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        yield
-    finally:
-        hog.kill()
-        hog.wait()
 
 
 def one_run(answer: dict[str, Any], verbose: bool) -> tuple[float, float]:
@@ -163,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"machine: {measure.device_name()}, {hardware.usable_threads()} usable threads")
     print(f"DALI: {hardware.backend('dali')}")
     ours, base = reference_answers(), baseline_answers()
-    with other_core_busy():
+    with measure.busy_cores(1, max_seconds=7200):
         for full in (False, True) if args.full else (False,):
             measure_mode(full, args.runs, ours, base, args.verbose)
 

@@ -12,8 +12,6 @@ keeps the other core loaded, as on a shared grading machine.
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 
 import torch
 
@@ -76,8 +74,7 @@ def main() -> None:
         f"track {track.name} ({track.reason}); CPU {hardware.machine().cpu_model}; "
         f"flags {', '.join(hardware.cpu_flags())}; kernels {kernels}"
     )
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
+    with measure.busy_cores(1, max_seconds=7200):
         rows: dict[str, list[tuple[float, float]]] = {}
         for run in range(args.runs):
             for name, pair in scores(seed=1000 + run).items():
@@ -100,8 +97,6 @@ def main() -> None:
                 f"{statistics.median(refs):.2f}; baseline copy {min(copies):.2f}-"
                 f"{max(copies):.2f}x ({args.runs} runs)"
             )
-    finally:
-        hog.kill()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from ptcourse.core import measure
 from ptcourse.grading.checks import CheckFailed
 from ptcourse.labs import lab00_measuring_right as ad
 
@@ -108,7 +109,7 @@ def test_warming_is_slow_for_its_first_calls_only() -> None:
 
 
 def test_busy_cores_start_and_stop() -> None:
-    with ad.busy_cores(1, max_seconds=10) as procs:
+    with measure.busy_cores(1, max_seconds=10) as procs:
         assert len(procs) == 1 and procs[0].poll() is None
     assert procs[0].poll() is not None
     assert 1 <= ad.neighbours_for_contention() <= 15
