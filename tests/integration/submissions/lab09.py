@@ -1,6 +1,6 @@
 """Lab 09 (profiling): a baseline-equivalent submission.
 
-"baseline" pastes the planted slow step (``profiling.slow_setup``/``slow_step``) into the
+"baseline" pastes the planted slow step (``profiling.baseline_setup``/``baseline_step``) into the
 exercise as the student's "fix". It trains exactly like the slow step, so it keeps the
 correctness tests, but it must score 0 on the speedup check.
 No looper: a looping step would time out in three cells (the visible test, correctness and
@@ -14,7 +14,7 @@ def fast_setup(model, lr):
 
 
 def fast_step(model, opt, tokens, labels):
-    """One SGD step on (tokens, labels) equal to profiling.slow_step's; returns the loss."""
+    """One SGD step on (tokens, labels) equal to profiling.baseline_step's; returns the loss."""
     rows = model.embedding.num_embeddings
     width = 2 * tokens.shape[1] - 1
     out = []

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ptcourse.core import measure
+from ptcourse.grading import checks
 from ptcourse.labs import lab09_profiling as profiling
 
 SMALL = profiling.Sizes(rows=4096, dim=16, batch=16, length=12)
@@ -29,9 +30,13 @@ def test_vectorised_hashing_gives_the_loops_features():
 
 
 def test_fixed_step_trains_like_the_slow_step_and_wrong_fixes_do_not():
-    ok = profiling.same_training(profiling.fixed_setup, profiling.fixed_step, seed=3, size=SMALL)
+    ok = profiling.same_training(
+        profiling.reference_setup, profiling.reference_step, seed=3, size=SMALL
+    )
     assert ok.ok and ok.embedding_sparse, ok.summary()
-    same = profiling.same_training(profiling.slow_setup, profiling.slow_step, seed=3, size=SMALL)
+    same = profiling.same_training(
+        profiling.baseline_setup, profiling.baseline_step, seed=3, size=SMALL
+    )
     assert same.ok and same.grad_error == 0
 
     def adam(model, lr):
@@ -54,16 +59,16 @@ def test_fixed_step_trains_like_the_slow_step_and_wrong_fixes_do_not():
         return loss.item()
 
     for setup, step in [
-        (adam, profiling.fixed_step),
-        (profiling.fixed_setup, summed),
-        (profiling.fixed_setup, unigrams_only),
+        (adam, profiling.reference_step),
+        (profiling.reference_setup, summed),
+        (profiling.reference_setup, unigrams_only),
     ]:
         result = profiling.same_training(setup, step, seed=3, size=SMALL)
         assert not result.ok, result.summary()
 
 
 def test_profile_is_quiet_and_names_the_slow_steps_parts(tmp_path, capfd):
-    run = profiling.trainer(profiling.slow_setup, profiling.slow_step, SMALL, seed=0)
+    run = profiling.trainer(profiling.baseline_setup, profiling.baseline_step, SMALL, seed=0)
     trace = tmp_path / "trace.json"
     prof = profiling.profile_steps(run, trace_path=trace)
     assert capfd.readouterr().err == ""
@@ -122,3 +127,48 @@ def test_gpu_busy_sums_device_events_by_kind():
     assert busy.utilisation == pytest.approx(0.6)
     assert busy.copy_share == pytest.approx(1.0 / 7.0)
     assert "60%" in busy.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# The graders' checks: a right answer earns full points, a wrong or baseline-equivalent one 0.
+
+
+@pytest.fixture
+def graded(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    monkeypatch.setenv("PTCOURSE_SECRET_SEED", "1234")
+
+
+def _adam(model, lr):  # trains differently from the slow step's plain SGD
+    return torch.optim.Adam(model.parameters(), lr=lr)
+
+
+def test_check_diagnosis_full_partial_and_no_credit(graded):
+    table = (profiling.sizes().rows, profiling.sizes().dim)
+    assert profiling.check_diagnosis("aten::fill_", table, "backward", points=3) == 3.0
+    assert profiling.check_diagnosis("fill_", (1, 2), "forward", points=3) == 2.0
+    with pytest.raises(checks.CheckFailed, match="no part of the diagnosis"):
+        profiling.check_diagnosis("aten::not_an_op", (1, 2), "forward", points=3)
+
+
+def test_check_fix_correct_wants_the_slow_steps_training(graded, capsys, monkeypatch):
+    monkeypatch.setattr(profiling, "sizes", lambda: SMALL)  # correctness does not need the size
+    fix = (profiling.reference_setup, profiling.reference_step)
+    assert profiling.check_fix_correct(*fix, points=2) == 2.0
+    assert "sparse embedding gradient: True" in capsys.readouterr().out
+    slow = (profiling.baseline_setup, profiling.baseline_step)
+    assert profiling.check_fix_correct(*slow, points=2) == 2.0  # slow but right
+    with pytest.raises(checks.CheckFailed, match="not the slow step's training"):
+        profiling.check_fix_correct(_adam, profiling.reference_step, points=2)
+
+
+def test_check_fix_speed_full_points_for_the_fix_and_zero_for_the_slow_step(graded):
+    assert (
+        profiling.check_fix_speed(profiling.reference_setup, profiling.reference_step, points=3)
+        == 3.0
+    )
+    with pytest.raises(checks.CheckFailed):
+        profiling.check_fix_speed(profiling.baseline_setup, profiling.baseline_step, points=3)
+    assert checks.RESULTS[-1].points == 0 and checks.RESULTS[-1].value < 3.0
+    with pytest.raises(checks.CheckFailed, match="must train like the slow one"):
+        profiling.check_fix_speed(_adam, profiling.reference_step, points=3)

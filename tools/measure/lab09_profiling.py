@@ -1,0 +1,102 @@
+"""Measure what lab 09's target rows grade, through the graders' own checks.
+
+For each run and each mode (full, smoke; the sizes are the same, the timing budget is not):
+
+- ``dominant_op`` and ``shape_and_stage``: ``check_diagnosis`` grades two answers against its
+  own profile of the slow step on a secret seed. The reference answer is what the solution cell
+  reads from a student's own profile (seed 0, the notebook's batch): the top operator, its
+  costliest call's first input shape, the top stage. The baseline-equivalent answer names the
+  runner-up operator (with its shape) and the runner-up stage.
+- ``fixed_step``: ``check_fix_speed`` grades the reference fix (``reference_setup``,
+  ``reference_step``) and the slow step pasted as the fix (``baseline_setup``, ``baseline_step``).
+
+One torch thread, a busy-loop process keeping the other core loaded. Prints, per row, the spread
+of the measured values (min–max, median) and the points each answer earned.
+
+    .venv/bin/python tools/measure/lab09_profiling.py --runs 3 [--modes full,smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ptcourse.core import smoke
+from ptcourse.grading import checks
+from ptcourse.labs import lab09_profiling as lab
+
+
+def answers() -> dict[str, tuple[Any, Any, Any]]:
+    """The diagnosis a student reads from their own profile, and the runner-up's."""
+    found = lab.diagnose(seed=0)
+    ops = sorted(found.self_ms, key=found.self_ms.get, reverse=True)
+    stages = sorted(found.stage_ms, key=found.stage_ms.get, reverse=True)
+    return {
+        "reference": (ops[0], found.top_shapes[ops[0]], stages[0]),
+        "baseline": (ops[1], found.top_shapes[ops[1]], stages[1]),
+    }
+
+
+def graded(check: Callable[..., float], *answer: Any) -> list[checks.Result]:
+    """The results ``check`` recorded for ``answer`` (its printed lines swallowed)."""
+    before = len(checks.RESULTS)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(checks.CheckFailed):
+        check(*answer, points=3)
+    return checks.RESULTS[before:]
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.3g}–{max(values):.3g}, median {statistics.median(values):.3g}"
+
+
+def one_run(diagnoses: dict[str, tuple[Any, Any, Any]]) -> list[tuple[str, checks.Result]]:
+    found = []
+    for who, answer in diagnoses.items():
+        found += [(who, r) for r in graded(lab.check_diagnosis, *answer)]
+    fixes = {
+        "reference": (lab.reference_setup, lab.reference_step),
+        "baseline": (lab.baseline_setup, lab.baseline_step),
+    }
+    for who, fix in fixes.items():
+        found += [(who, r) for r in graded(lab.check_fix_speed, *fix)]
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--modes", default="full,smoke")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        for mode in args.modes.split(","):
+            smoke.set_smoke(mode == "smoke")
+            diagnoses = answers()
+            found: dict[tuple[str, str], list[checks.Result]] = {}
+            for _ in range(args.runs):
+                for who, result in one_run(diagnoses):
+                    found.setdefault((result.check, who), []).append(result)
+            print(f"== lab 09, {mode} mode, {args.runs} runs ({lab.sizes()})")
+            for who, answer in diagnoses.items():
+                print(f"diagnosis answer, {who}: {answer}")
+            for (row, who), results in sorted(found.items()):
+                points = ", ".join(f"{r.points:g}" for r in results)
+                print(f"{row:<16} {who:<9} {spread([r.value for r in results])}; points {points}")
+                print(f"{'':<26} last run: {results[-1].message.splitlines()[-1].strip()}")
+    finally:
+        hog.kill()
+        hog.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
