@@ -17,7 +17,9 @@ from ptcourse.core import hardware, lineup
 
 HIGHER_IS_BETTER = ("speedup", "memory_ratio", "accuracy", "flops_ratio", "score")
 LOWER_IS_BETTER = ("error", "accuracy_drop", "relative_error")
+# The machines the rows were measured on (every timing: 1 thread, the other core loaded).
 CPU_VM = "2-core AMD EPYC VM (AVX2, no AVX-512/AMX), 1 thread, other core loaded"
+ZEN4_VM = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ import torch
 from ptcourse.core import hardware, lineup, measure
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target
+from ptcourse.grading.targets import Target, ZEN4_VM
 
 LAB = lineup.lab("00")
 
@@ -50,7 +50,6 @@ LAB = lineup.lab("00")
 # interval); the roofline check grades the fraction of 10 answers that are right. Measured with
 # SCRIPT --runs 5 at full and at smoke size (secret seeds 0-4), while other sessions kept the
 # machine's load average between 2 and 16.
-MEASURED_ON = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 SCRIPT = "tools/measure/lab00_measuring_right.py"
 RUNS = f"{SCRIPT}: 5 runs each"
 TARGETS: tuple[Target, ...] = (
@@ -58,13 +57,13 @@ TARGETS: tuple[Target, ...] = (
            f"{RUNS}: median 0, max 0 (full); median 0, max 0.249 (smoke); matmul n in "
            "[448, 576], 1 thread",
            "naive one-call timer: median 0, max 0.047 (full); median 0.036, max 0.231 (smoke) "
-           "(not meant to fail this check)", MEASURED_ON, "2026-12-03", SCRIPT),
+           "(not meant to fail this check)", ZEN4_VM, "2026-12-03", SCRIPT),
     Target("00", "time_it_warmup", "cpu", "relative_error", 0.3, 1.0,
            f"{RUNS}: median 0.035, max 0.048 (full); median 0.079, max 0.153 (smoke)",
-           "naive timer: 1.91-6.05 (full), 2.12-4.14 (smoke)", MEASURED_ON, "2026-12-03", SCRIPT),
+           "naive timer: 1.91-6.05 (full), 2.12-4.14 (smoke)", ZEN4_VM, "2026-12-03", SCRIPT),
     Target("00", "time_it_async", "cpu", "relative_error", 0.3, 0.6,
            f"{RUNS}: median 0.003, max 0.136 (full); median 0.029, max 0.095 (smoke)",
-           "naive timer: 0.998-0.999 (full), 0.999 (smoke)", MEASURED_ON, "2026-12-03", SCRIPT),
+           "naive timer: 0.998-0.999 (full), 0.999 (smoke)", ZEN4_VM, "2026-12-03", SCRIPT),
     Target("00", "roofline", "cpu", "score", 1.0, 0.0,
            f"{RUNS}: 1.0 (10 of 10 answers; deterministic)",
            "unanswered lab (the released cells): 0", "any machine (no timing)", "2026-12-03",

@@ -29,7 +29,7 @@ from ptcourse.core import hardware, lineup
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target
+from ptcourse.grading.targets import Target, ZEN4_VM
 
 LAB = lineup.lab("01")
 
@@ -313,7 +313,6 @@ def check_speed(build_cache: BuildCache, cached_batches: CachedBatches, *, point
 # batch 64, 2 batches per call, 1920 training images; smoke: batch 32, 1 batch, 256 images.
 # Smoke and full give similar ratios, so one threshold serves both.
 MEASURE = "tools/measure/lab01_data_loading.py"
-MEASURED_ON = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 TARGETS: tuple[Target, ...] = (
     Target("01", "throughput", "cpu", "speedup", 2.5, 1.3,
            f"{MEASURE}: 5 runs each, check_speed on the notebook's solution: full 3.74–5.47x "
@@ -326,5 +325,5 @@ TARGETS: tuple[Target, ...] = (
            "JPEGs (tests/integration/submissions/lab01.py): full 0.57–0.72x, smoke 0.72–0.82x, "
            "0/4 points in all 10. Earlier (same AVX2 VM, 2026-12-02): the baseline loader vs "
            "itself 0.90–1.16x (63 runs)",
-           f"{MEASURED_ON}; interleaved pairs, measure.compare", "2026-12-03", script=MEASURE),
+           f"{ZEN4_VM}; interleaved pairs, measure.compare", "2026-12-03", script=MEASURE),
 )  # fmt: skip

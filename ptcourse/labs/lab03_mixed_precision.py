@@ -29,7 +29,7 @@ from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.seeds import seeded
 from ptcourse.core.smoke import is_smoke, pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import CPU_VM, Target
+from ptcourse.grading.targets import CPU_VM, Target, ZEN4_VM
 
 LAB = lineup.lab("03")
 PROBED = (nn.Linear, nn.Conv2d)  # the layers whose matmuls autocast runs in low precision
@@ -752,7 +752,6 @@ def iter_rows(rows: list[UnderflowRow]) -> Iterator[str]:
 
 
 SCRIPT = "tools/measure/lab03_mixed_precision.py"
-ZEN4 = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 AMP_SAPPHIRE = (
     "a course author's measurement on a 2-core Intel Sapphire Rapids VM (AMX), 2026-12-02, "
     "with other code than this lab's (not repeated with lab 03's steps)"
@@ -763,13 +762,13 @@ TARGETS: tuple[Target, ...] = (
     # full credit at floor + 70% of the reference's gain here, at most `target`; where the
     # reference does not clear `floor` the points grade *_autocast instead (as on cpu-basic).
     Target("03", "text_step", "cpu", "speedup", 1.5, 1.15,
-           f"{SCRIPT}: 1.06–1.09x, median 1.08 (4 runs, {ZEN4}) — below the floor, so speed is "
+           f"{SCRIPT}: 1.06–1.09x, median 1.08 (4 runs, {ZEN4_VM}) — below the floor, so speed is "
            f"not gradable there; {AMP_SAPPHIRE}: small-encoder training step 2.2–2.3x",
-           "baseline copy 0.94–1.04x (4 runs, same script)", ZEN4, "2026-12-03", SCRIPT),
+           "baseline copy 0.94–1.04x (4 runs, same script)", ZEN4_VM, "2026-12-03", SCRIPT),
     Target("03", "image_step", "cpu", "speedup", 1.5, 1.15,
-           f"{SCRIPT}: ResNet-18 128 px batch 16 training step 1.84–1.89x (3 runs, {ZEN4}); "
+           f"{SCRIPT}: ResNet-18 128 px batch 16 training step 1.84–1.89x (3 runs, {ZEN4_VM}); "
            f"{AMP_SAPPHIRE}: ResNet-18 b32 224 px 2.4–2.5x",
-           "baseline copy 0.98–1.04x (3 runs, same script)", ZEN4, "2026-12-03", SCRIPT),
+           "baseline copy 0.98–1.04x (3 runs, same script)", ZEN4_VM, "2026-12-03", SCRIPT),
     Target("03", "text_step", "cuda", "speedup", 1.3, 1.15,
            "the quoted claim: fp16 autocast + GradScaler 2.1x on an NLP classifier",
            "fp32 step vs itself ≈ 1.0x", AMP_CLAIM, "2026-12-02"),
@@ -781,20 +780,20 @@ TARGETS: tuple[Target, ...] = (
     Target("03", "text_autocast", "cpu", "score", 1.0, 0.0,
            f"{SCRIPT} --smoke: 1.0 (all Linear outputs bf16), 5 seeds; earlier 1.0 in 12 smoke + "
            f"10 full seeds on the {CPU_VM}",
-           "0.0 (all fp32), 5 of 5 seeds", ZEN4, "2026-12-03", SCRIPT),
+           "0.0 (all fp32), 5 of 5 seeds", ZEN4_VM, "2026-12-03", SCRIPT),
     Target("03", "image_autocast", "cpu", "score", 1.0, 0.0,
            f"{SCRIPT} --smoke: 1.0 (all Conv/Linear outputs bf16), 5 seeds",
-           "0.0 (all fp32), 5 of 5 seeds", ZEN4, "2026-12-03", SCRIPT),
+           "0.0 (all fp32), 5 of 5 seeds", ZEN4_VM, "2026-12-03", SCRIPT),
     # Correctness and accuracy: hardware-independent, the "cpu" rows serve every track.
     Target("03", "amp_step", "cpu", "score", 1.0, 0.5,
            f"{SCRIPT} --smoke: 1.0 in 5 of 5 seeds (reference_step); earlier 1.0 in 12 smoke + "
            "10 full seeds, gradient error ≤ 0.012 (tolerance 0.05)",
-           "0.0 in 5 of 5 seeds (no bf16 activations)", ZEN4, "2026-12-03", SCRIPT),
+           "0.0 in 5 of 5 seeds (no bf16 activations)", ZEN4_VM, "2026-12-03", SCRIPT),
     Target("03", "scaler", "cpu", "score", 1.0, 0.5,
            f"{SCRIPT} --smoke: 1.0 in 5 of 5 seeds (reference_scaled_step, fp16 on CPU)",
-           "0.0 in 5 of 5 seeds (fp32, scaler unused)", ZEN4, "2026-12-03", SCRIPT),
+           "0.0 in 5 of 5 seeds (fp32, scaler unused)", ZEN4_VM, "2026-12-03", SCRIPT),
     Target("03", "accuracy", "cpu", "accuracy_drop", 0.02, 0.10,
            f"{SCRIPT} --smoke: drop −0.0013…+0.0013 in 5 seeds (40 steps); earlier −0.0002…"
            "+0.0004 in 12 full seeds (120 steps)",
-           "0.0 (fp32 against itself)", ZEN4, "2026-12-03", SCRIPT),
+           "0.0 (fp32 against itself)", ZEN4_VM, "2026-12-03", SCRIPT),
 )  # fmt: skip

@@ -31,12 +31,11 @@ from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.seeds import generator, seeded
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target
+from ptcourse.grading.targets import Target, ZEN4_VM
 
 LAB = lineup.lab("04")
 
 LAB04_CUDA = "CUDA allocator stats — NOT measured (no GPU when this lab was written)"
-MEASURED_HERE = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 TARGETS: tuple[Target, ...] = (
     # Peak memory of one step, batch 64 in 4 micro-batches vs one batch (conv_net, 16 ch, no BN;
     # 64x64 images, 32x32 in smoke). CPU: sampled RSS with glibc thresholds pinned at 128 kB
@@ -49,7 +48,7 @@ TARGETS: tuple[Target, ...] = (
            "(12 runs), smoke 3.81–3.98x (12 runs), nbgrader autograde (smoke) 3.68–3.86x "
            "(10 runs)",
            "one-big-batch answer, same script: 1.00x (5 runs); smoke 0.96–1.00x (5 runs)",
-           MEASURED_HERE, "2026-12-03", script="tools/measure/lab04_grad_accumulation.py"),
+           ZEN4_VM, "2026-12-03", script="tools/measure/lab04_grad_accumulation.py"),
     Target("04", "peak_memory", "cuda", "memory_ratio", 2.0, 1.3,
            "not measured; the course's design goal of >= 2x", "expected 1.0x (same step)",
            LAB04_CUDA, "2026-12-02", script="tools/measure/lab04_grad_accumulation.py"),

@@ -35,7 +35,7 @@ from ptcourse.core import hardware, lineup, measure, numerics
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target
+from ptcourse.grading.targets import Target, ZEN4_VM
 
 LAB = lineup.lab("06")
 Attention = Callable[..., Tensor]  # fn(q, k, v, mask=None) -> Tensor
@@ -382,7 +382,6 @@ def backend_table(
 # Speed: interleaved pairs, 1 thread, batch 1, length 1024, head dim 64, 12 heads (8 in smoke).
 # Memory: sampled RSS with glibc thresholds pinned (measure.rss_follows_tensors), batch 1,
 # 4 heads, length 4096 (2048 in smoke): naive keeps two score matrices alive, SDPA its output.
-MEASURED_ON = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 MEASURE = "tools/measure/lab06_attention.py"
 LAB06_CUDA = "NOT measured (no GPU when this lab was written)"
 TARGETS: tuple[Target, ...] = (
@@ -392,14 +391,14 @@ TARGETS: tuple[Target, ...] = (
            "13–15 on 2 cores); smoke 3.06–3.38x, median 3.20 (8 heads)",
            "naive pasted as SDPA (baseline_attention), 5 runs per mode: full 0.92–1.03x, "
            "median 1.01; smoke 0.96–1.02x, median 1.00",
-           MEASURED_ON, "2026-12-03", MEASURE),
+           ZEN4_VM, "2026-12-03", MEASURE),
     Target("06", "peak_memory", "cpu", "memory_ratio", 10.0, 3.0,
            f"{MEASURE}, reference_sdpa, 5 runs per mode: full 113–114x (516 → 4.6 MB); smoke "
            "51.1–51.8x (130 → 2.5 MB); naive = two score matrices + output, SDPA = its output "
            "+ tiles",
            "naive pasted as SDPA (baseline_attention): 1.00x in all 5 runs per mode (516 → 516 MB; "
            "smoke 130 → 130 MB)",
-           MEASURED_ON, "2026-12-03", MEASURE),
+           ZEN4_VM, "2026-12-03", MEASURE),
     Target("06", "speedup", "cuda", "speedup", 1.5, 1.15,
            "not measured; the claim lab 06 quotes: flash_attn fp16 1.8x on BERT-base (GPU unknown)",
            "expected 1.0x (same naive code)", LAB06_CUDA, "2026-12-03"),

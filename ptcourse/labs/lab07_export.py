@@ -31,7 +31,7 @@ from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.seeds import seeded
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target
+from ptcourse.grading.targets import Target, ZEN4_VM
 
 LAB = lineup.lab("07")
 GAIN = 2.0
@@ -266,7 +266,6 @@ def check_branch(
 # 64x64, 1 intra-op thread, spinning off) vs eager PyTorch, batch-1 latency, interleaved. The
 # check times CPU sessions on every track (a GPU machine uses this row too).
 SCRIPT = "tools/measure/lab07_export.py"
-MEASURED_ON = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 TARGETS: tuple[Target, ...] = (
     Target("07", "ort_latency", "cpu", "speedup", 1.5, 1.2,
            "tools/measure/lab07_export.py: 25 runs each (fresh secret input, load average 5-11 "
@@ -276,5 +275,5 @@ TARGETS: tuple[Target, ...] = (
            "and runs: smoke 0.85-1.44x, median 1.02; full 0.70-1.24x, median 0.99; 0 points in "
            "47 of 50, partial credit in 3 (1.44x: 0.80, 1.24x: 0.15, 1.21x: 0.02 of 1) — noise "
            "of eager against itself under that load",
-           MEASURED_ON, "2026-12-03", SCRIPT),
+           ZEN4_VM, "2026-12-03", SCRIPT),
 )  # fmt: skip
