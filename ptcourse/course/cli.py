@@ -89,9 +89,10 @@ def _lab(args: argparse.Namespace) -> int:
 
 
 def _targets(args: argparse.Namespace) -> int:
+    from ptcourse import labs
     from ptcourse.grading import targets
 
-    print(targets.table_markdown())
+    print(targets.table_markdown(labs.all_targets()))
     return 0
 
 

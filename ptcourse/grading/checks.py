@@ -12,21 +12,18 @@ shows in feedback. Nothing a check does reaches stderr: nbgrader would score the
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import secrets
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 
-from ptcourse.core import hardware, measure
+from ptcourse.core import measure
 from ptcourse.core.quiet import Captured, captured_stderr
-from ptcourse.grading import targets
 from ptcourse.grading.targets import Goal
 
 RESULTS_ENV = "PTCOURSE_RESULTS"  # a JSONL file each check appends its result to (report card)
@@ -222,31 +219,3 @@ def relative_speedup(
     )
     interval = (cand.ci_low, cand.ci_high)
     return score(here, cand.ratio, points=points, interval=interval, detail=detail, noise=noise)
-
-
-# Until every lab module grades through its own ``check_*`` functions, hidden cells written
-# before the lab contract call these: the same checks, addressed by lab number and check name.
-def _legacy_goal(lab: str, check: str) -> Goal:
-    return targets.goal(targets.lab_rows(lab), check)
-
-
-def check_speedup(lab: str, check: str, baseline: Callable[[], Any], candidate: Callable[[], Any],
-                  *, points: float = 1.0, threads: int = 1) -> float:  # fmt: skip
-    return speedup(_legacy_goal(lab, check), baseline, candidate, points=points, threads=threads)
-
-
-def check_memory(lab: str, check: str, baseline: Callable[[], Any], candidate: Callable[[], Any],
-                 *, points: float = 1.0) -> float:  # fmt: skip
-    return memory(_legacy_goal(lab, check), baseline, candidate, points=points)
-
-
-def check_value(lab: str, check: str, measure_value: Callable[[], float], *,
-                points: float = 1.0) -> float:  # fmt: skip
-    return value(_legacy_goal(lab, check), measure_value, points=points)
-
-
-def fresh() -> ModuleType:
-    """Reload the grading modules from disk, undoing any redefinition made in the notebook."""
-    for module in (hardware, measure, targets):
-        importlib.reload(module)
-    return importlib.reload(importlib.import_module(__name__))

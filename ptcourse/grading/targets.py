@@ -1,6 +1,7 @@
 """Graded targets: what a row says, how a check finds its row, and the table of every lab's rows.
 
-Each lab module keeps its own rows (``TARGETS``) next to the checks that use them. A row is set
+Each lab module keeps its own rows (``TARGETS``) next to the checks that use them
+(``ptcourse.labs.all_targets()`` collects them). A row is set
 from measurements of the reference solution and of a baseline-equivalent submission, with
 margin: the reference passes under load, the baseline fails. ``floor`` is where partial credit
 reaches zero; credit is linear between ``floor`` and ``target``. ``script`` names the file in
@@ -9,11 +10,10 @@ this repository that made the measurement.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ptcourse.core import hardware, lineup
+from ptcourse.core import hardware
 
 HIGHER_IS_BETTER = ("speedup", "memory_ratio", "accuracy", "flops_ratio", "score")
 LOWER_IS_BETTER = ("error", "accuracy_drop", "relative_error")
@@ -79,34 +79,13 @@ def goal(rows: Iterable[Target], check: str) -> Goal:
     return Goal(pick(rows, check, track.name), track)
 
 
-def lab_rows(lab: str) -> tuple[Target, ...]:
-    """Lab ``lab``'s rows, read from its module (``ptcourse.labs.labNN_slug``)."""
-    return importlib.import_module(lineup.lab(lab).module).TARGETS
-
-
-def target(lab: str, check: str, track: str) -> Target:
-    """The row of ``check`` in ``lab`` on ``track`` (cpu where the track has none)."""
-    return pick(lab_rows(lab), check, track)
-
-
-def all_rows() -> tuple[Target, ...]:
-    """Every written lab's rows, in lineup order."""
-    rows: list[Target] = []
-    for each in lineup.LABS:
-        try:
-            rows += lab_rows(each.number)
-        except ModuleNotFoundError:
-            continue  # a planned lab without a module yet
-    return tuple(rows)
-
-
-def table_markdown(rows: Iterable[Target] | None = None) -> str:
-    """The table as Markdown, for the README and the report card."""
+def table_markdown(rows: Iterable[Target]) -> str:
+    """``rows`` as a Markdown table (``ptcourse targets`` prints every lab's)."""
     lines = [
         "| lab | check | track | target | floor | reference measured | baseline | where | script |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for t in all_rows() if rows is None else rows:
+    for t in rows:
         lines.append(
             f"| {t.lab} | {t.check} | {t.track} | {t.kind} {t.target:g} | {t.floor:g} "
             f"| {t.reference} | {t.baseline} | {t.measured_on}, {t.measured} | {t.script} |"

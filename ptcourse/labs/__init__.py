@@ -42,7 +42,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ptcourse.core.lineup import lab
+from ptcourse.core.lineup import LABS, lab
+from ptcourse.grading.targets import Target
 
 # Reloaded, in this order, before a hidden check runs: the modules a check's verdict depends on.
 GRADERS = (
@@ -67,3 +68,20 @@ def fresh(key: str) -> ModuleType:
     for name in GRADERS:
         importlib.reload(importlib.import_module(name))
     return importlib.reload(module(key))
+
+
+def written() -> list[ModuleType]:
+    """The modules of every lab that has one, in lineup order (planned labs have none yet)."""
+    found = []
+    for each in LABS:
+        try:
+            found.append(importlib.import_module(each.module))
+        except ModuleNotFoundError as missing:
+            if missing.name != each.module:
+                raise
+    return found
+
+
+def all_targets() -> tuple[Target, ...]:
+    """Every written lab's target rows, in lineup order."""
+    return tuple(row for each in written() for row in each.TARGETS)

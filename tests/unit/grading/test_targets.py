@@ -2,11 +2,12 @@ from pathlib import Path
 
 import pytest
 
+from ptcourse import labs
 from ptcourse.core.lineup import LABS
 from ptcourse.grading import targets
 
 ROOT = Path(__file__).resolve().parents[3]
-ROWS = targets.all_rows()
+ROWS = labs.all_targets()
 
 
 def test_every_written_lab_has_rows():
@@ -16,7 +17,7 @@ def test_every_written_lab_has_rows():
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r.lab}-{r.check}-{r.track}")
 def test_row_has_cpu_fallback_reference_and_provenance(row):
-    assert targets.target(row.lab, row.check, "cpu").track == "cpu"
+    assert targets.pick(labs.module(row.lab).TARGETS, row.check, "cpu").track == "cpu"
     assert row.reference and row.baseline and row.measured_on and row.measured
     assert row.kind in targets.HIGHER_IS_BETTER + targets.LOWER_IS_BETTER
 
@@ -44,4 +45,4 @@ def test_pick_falls_back_to_the_cpu_row():
 
 
 def test_table_markdown_lists_every_row():
-    assert len(targets.table_markdown().splitlines()) == 2 + len(ROWS)
+    assert len(targets.table_markdown(ROWS).splitlines()) == 2 + len(ROWS)
