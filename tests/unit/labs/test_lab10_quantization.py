@@ -4,12 +4,21 @@ import pytest
 import torch
 from torch import nn
 
-from ptcourse.assets import onnx_runtime
+from ptcourse.assets import onnx_runtime, text
 from ptcourse.core import measure
-from ptcourse.labs import lab10_quantization as quantize
 from ptcourse.core.quiet import captured_stderr
+from ptcourse.grading import checks
+from ptcourse.labs import lab10_quantization as quantize
 
-TINY = quantize.Config(vocab=256, length=8, d_model=64, heads=2, layers=1, batch=32)
+TINY = quantize.Sizes(vocab=256, length=8, d_model=64, heads=2, layers=1, train_batch=32)
+SEED = "1234"
+
+
+def tokens(batch, size=TINY, seed=0):
+    return text.random_tokens(
+        batch, size.length, size.vocab, min_length=size.min_tokens, lowest_id=size.first_id,
+        generator=torch.Generator().manual_seed(seed),
+    )  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -25,13 +34,15 @@ def _legacy_int8(model):
         )
 
 
-def test_random_tokens_are_padded_at_the_end_and_in_range():
-    x = quantize.random_tokens(50, TINY, torch.Generator().manual_seed(0))
-    assert x.shape == (50, TINY.length) and x.dtype == torch.long
-    assert x.max() < TINY.vocab and (x[:, :6] >= 2).all()  # at least 6 real tokens
-    pad = x == 0
-    assert torch.equal(pad, pad.cummax(dim=1).values), "padding only after the last token"
-    assert torch.equal(x, quantize.random_tokens(50, TINY, torch.Generator().manual_seed(0)))
+def test_random_headlines_are_the_ones_the_lab_drew_before_the_shared_home():
+    """text.random_tokens with the lab's sizes draws what the lab's own function drew (graded
+    inputs unchanged): ids in [2, vocab), at least 6 tokens, then padding."""
+    size = quantize.sizes()
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(2, size.vocab, (64, size.length), generator=g)
+    lengths = torch.randint(6, size.length + 1, (64, 1), generator=g)
+    before = ids.masked_fill(torch.arange(size.length) >= lengths, 0)
+    assert torch.equal(tokens(64, size, seed=5), before)
 
 
 def test_size_ratio_sees_int8_layers_and_not_a_float_copy():
@@ -53,7 +64,7 @@ def test_size_ratio_works_on_inference_mode_models():
 
 def test_quantized_outputs_stay_close():
     model = quantize.build_classifier(TINY).eval()
-    x = quantize.random_tokens(16, TINY, torch.Generator().manual_seed(1))
+    x = tokens(16, seed=1)
     with torch.inference_mode():
         want = model(x)
         for quantized in (_legacy_int8(model), quantize.torchao_weight_only(model)):
@@ -61,32 +72,26 @@ def test_quantized_outputs_stay_close():
 
 
 def test_flop_split_linear_dominates_short_sequences_only():
-    short = quantize.flop_split(quantize.build_classifier(TINY), quantize.random_tokens(4, TINY))
+    short = quantize.flop_split(quantize.build_classifier(TINY), tokens(4))
     assert short["linear"] > 10 * short["attention"] > 0
-    long_cfg = quantize.Config(vocab=64, length=512, d_model=32, heads=2, layers=1)
-    long = quantize.flop_split(
-        quantize.build_classifier(long_cfg), quantize.random_tokens(1, long_cfg)
-    )
+    long_size = quantize.Sizes(vocab=64, length=512, d_model=32, heads=2, layers=1)
+    long = quantize.flop_split(quantize.build_classifier(long_size), tokens(1, long_size))
     assert long["attention"] > 0.5 * long["linear"]
 
 
-def test_trained_classifier_is_cached_and_learns(tmp_path, monkeypatch):
+def test_baseline_classifier_is_trained_once_cached_and_learns(tmp_path, monkeypatch):
     monkeypatch.setenv("PTCOURSE_DATA", str(tmp_path))
-    quantize._headlines.cache_clear()
-    try:
-        first = quantize.trained_classifier(smoke=True, config=TINY)
-        path = quantize.cache_path(True, TINY)
-        assert path.exists() and str(path).startswith(str(tmp_path))
-        again = quantize.trained_classifier(smoke=True, config=TINY)
-        assert all(
-            torch.equal(a, b)
-            for a, b in zip(first.state_dict().values(), again.state_dict().values(), strict=True)
-        )
-        split = quantize.headlines(True, TINY)
-        assert quantize.accuracy_points(first, split.x_test, split.y_test) > 50  # chance is 25
-        assert not first.training
-    finally:
-        quantize._headlines.cache_clear()
+    first = quantize.baseline_classifier(smoke=True, size=TINY)
+    path = quantize.cache_path(True, TINY)
+    assert path.exists() and str(path).startswith(str(tmp_path))
+    again = quantize.baseline_classifier(smoke=True, size=TINY)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(first.state_dict().values(), again.state_dict().values(), strict=True)
+    )
+    split = text.encoded_headlines(TINY.length, TINY.vocab, smoke=True)
+    assert quantize.accuracy_points(first, split.x_test, split.y_test) > 50  # chance is 25
+    assert not first.training
 
 
 @pytest.mark.skipif(not onnx_runtime.available(), reason="onnxruntime is not installed")
@@ -94,7 +99,7 @@ def test_onnx_export_and_int8_round_trip(tmp_path):
     model = quantize.build_classifier(TINY).eval()
     fp32 = quantize.export_onnx(model, tmp_path / "m.onnx", TINY)
     int8 = quantize.onnx_int8(fp32, tmp_path / "m.int8.onnx")
-    x = quantize.random_tokens(5, TINY, torch.Generator().manual_seed(2))
+    x = tokens(5, seed=2)
     with torch.inference_mode():
         want = model(x)
     a, b = quantize.ort_classifier(fp32), quantize.ort_classifier(int8)
@@ -103,5 +108,101 @@ def test_onnx_export_and_int8_round_trip(tmp_path):
     assert b.file_bytes < a.file_bytes / 2
 
 
-def test_int8_cpu_flags_are_known_names():
-    assert set(quantize.int8_cpu_flags()) <= set(quantize.INT8_FLAGS)
+# ---------------------------------------------------------------------------------------------
+# The graders' checks, on the trained classifier (smoke size), fixed secret seed
+
+
+def _torchao_int8(model):
+    """The reference answer of exercise 1."""
+    with captured_stderr():
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        quantized = copy.deepcopy(model)
+        quantize_(quantized, Int8DynamicActivationInt8WeightConfig())
+    return quantized
+
+
+def _torchao_in_place(model):
+    with captured_stderr():
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    return model
+
+
+def _float_copy(model):
+    """The baseline-equivalent answer: no quantization."""
+    return copy.deepcopy(model)
+
+
+class _Memo(nn.Module):
+    """Answers a repeated call on the same tensor from memory: the legacy int8 model made far
+    faster than fp32 on the speed check's repeated batch, so contention cannot blur the result."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.last = model, None
+
+    def forward(self, tokens):
+        if self.last is None or self.last[0] is not tokens:
+            self.last = (tokens, self.model(tokens))
+        return self.last[1]
+
+
+class _Twice(nn.Module):
+    """A float copy that computes everything twice: clearly no faster than the baseline."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens):
+        self.model(tokens)
+        return self.model(tokens)
+
+
+def _zeroed_head(model):
+    """int8, but the classifier head zeroed: the accuracy collapses."""
+    quantized = _legacy_int8(model)
+    quantized.head = nn.Linear(quantized.head.in_features, quantized.head.out_features)
+    nn.init.zeros_(quantized.head.weight)
+    return quantized
+
+
+@pytest.fixture
+def graded(monkeypatch):
+    """Smoke sizes, a fixed secret seed, the CPU track."""
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    monkeypatch.setenv("PTCOURSE_SECRET_SEED", SEED)
+    monkeypatch.setenv("PTCOURSE_TRACK", "cpu")
+
+
+def test_check_torchao_grades_size_after_closeness(graded, capsys):
+    assert quantize.check_torchao(_torchao_int8, points=2) == 2.0
+    assert "torchao_size" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed, match="changed the float model"):
+        quantize.check_torchao(_torchao_in_place, points=2)
+    with pytest.raises(checks.CheckFailed, match="memory_ratio 1;"):
+        quantize.check_torchao(_float_copy, points=2)
+
+
+def test_check_fast_size(graded):
+    assert quantize.check_fast_size(_legacy_int8, points=1) == 1.0
+    with pytest.raises(checks.CheckFailed, match="memory_ratio 1;"):
+        quantize.check_fast_size(_float_copy, points=1)
+
+
+def test_check_fast_speed_full_points_when_fast_and_accurate(graded):
+    assert quantize.check_fast_speed(lambda m: _Memo(_legacy_int8(m)), points=4) == 4.0
+
+
+def test_check_fast_speed_fails_a_lost_accuracy_before_timing(graded, capsys):
+    with pytest.raises(checks.CheckFailed, match="accuracy_drop"):
+        quantize.check_fast_speed(_zeroed_head, points=4)
+    assert "fast_speedup" not in capsys.readouterr().out
+
+
+def test_check_fast_speed_fails_a_float_model(graded, capsys):
+    with pytest.raises(checks.CheckFailed, match="speedup"):
+        quantize.check_fast_speed(lambda m: _Twice(_float_copy(m)), points=4)
+    assert "accuracy_drop 0;" in capsys.readouterr().out  # the accuracy part passed
