@@ -36,7 +36,7 @@ from ptcourse.core import lineup
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import is_smoke, pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target
+from ptcourse.grading.targets import Target, ZEN4_VM
 
 LAB = lineup.lab("10")
 Quantizer = Callable[[nn.Module], nn.Module]
@@ -44,23 +44,22 @@ Quantizer = Callable[[nn.Module], nn.Module]
 # The trained TextClassifier (d_model 256, 2 layers, 16 tokens; baseline_classifier) is the same
 # model in smoke and full mode, so one set of thresholds serves both. Sizes: serialized
 # state_dicts of the fp32 model's nn.Linear layers, found by name in the quantized model.
-MEASURED_HERE = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 AVX2_VM = "the 2-core AVX2 EPYC VM (no AVX-512/VNNI), 2026-12-03"
 SCRIPT = "tools/measure/lab10_quantization.py"
 RUNS = f"{SCRIPT}, 5 runs full + 5 smoke"
 TARGETS: tuple[Target, ...] = (
     Target("10", "torchao_size", "cpu", "memory_ratio", 3.5, 1.5,
            f"3.86x in every run (int8 weights + per-row scales; {RUNS}); the same on {AVX2_VM}",
-           "float copy 1.00x (same runs)", MEASURED_HERE, "2026-12-03", script=SCRIPT),
+           "float copy 1.00x (same runs)", ZEN4_VM, "2026-12-03", script=SCRIPT),
     Target("10", "fast_size", "cpu", "memory_ratio", 3.5, 1.5,
            f"3.92x in every run (torch.ao dynamic, fbgemm packed weights; {RUNS}); the same on "
-           f"{AVX2_VM}", "float copy 1.00x (same runs)", MEASURED_HERE, "2026-12-03",
+           f"{AVX2_VM}", "float copy 1.00x (same runs)", ZEN4_VM, "2026-12-03",
            script=SCRIPT),
     # Percentage points of accuracy lost on the headlines test split (800 smoke / 4800 full).
     Target("10", "fast_accuracy_drop", "cpu", "accuracy_drop", 1.0, 2.0,
            f"+0.02 points full (1 of 4800 headlines), -0.125 smoke (1 of 800 better); {RUNS}; "
            f"0.0 points on {AVX2_VM}",
-           "float copy 0 points (not a speed check)", MEASURED_HERE, "2026-12-03", script=SCRIPT),
+           "float copy 0 points (not a speed check)", ZEN4_VM, "2026-12-03", script=SCRIPT),
     # Batch 64 x 16 tokens, 1 thread, torch.ao dynamic int8 vs fp32 eager, interleaved. Which
     # int8 scheme is fast depends on the CPU, so the graded "fast" exercise accepts any scheme
     # and the reference is the legacy call. torchao int8 dynamic (Int8DynamicActivationInt8-
@@ -75,7 +74,7 @@ TARGETS: tuple[Target, ...] = (
            "float copy 0.945–1.07x, median 1.01 (full); 0.978–1.08x, median 1.01 (smoke); "
            "same runs; autograde 1.00x (1 run). On the AVX2 VM 0.88–1.04x (24 runs), "
            "autograde 0.98x",
-           MEASURED_HERE, "2026-12-03", script=SCRIPT),
+           ZEN4_VM, "2026-12-03", script=SCRIPT),
 )  # fmt: skip
 
 
