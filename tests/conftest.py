@@ -1,5 +1,3 @@
-import subprocess
-import sys
 import time
 
 import pytest
@@ -10,12 +8,10 @@ STARTED = time.time()
 @pytest.fixture
 def busy_core():
     """Keep the other core busy, as a shared machine would."""
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
+    from ptcourse.core import measure
+
+    with measure.busy_cores(1, max_seconds=3600):
         yield
-    finally:
-        hog.kill()
-        hog.wait()
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -24,16 +24,14 @@ import json
 import os
 import runpy
 import statistics
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ptcourse.assets import onnx_runtime
-from ptcourse.core import hardware
+from ptcourse.core import hardware, measure
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import set_smoke
 from ptcourse.grading import checks
@@ -66,16 +64,6 @@ def reference_answer() -> tuple[Any, Any]:
 
 def baseline_answer() -> tuple[Any, Any]:
     return exported(runpy.run_path(str(BASELINE))["VARIANT"]["students"]["baseline"][EXERCISE])
-
-
-@contextlib.contextmanager
-def other_core_busy() -> Iterator[None]:
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        yield
-    finally:
-        hog.kill()
-        hog.wait()
 
 
 def one_run(answer: tuple[Any, Any], verbose: bool) -> tuple[float, float]:
@@ -119,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.pop("PTCOURSE_TRACK", None)
     print(f"ONNX Runtime: {hardware.backend('onnxruntime')}")
     answers = {"reference": reference_answer(), "baseline-equivalent": baseline_answer()}
-    with other_core_busy():
+    with measure.busy_cores(1, max_seconds=7200):
         for full in (False, True) if args.full else (False,):
             measure_mode(full, args.runs, answers, args.verbose)
 
