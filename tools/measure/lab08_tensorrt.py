@@ -1,6 +1,6 @@
 """Measure what lab 08's target rows grade: the reference solution and a baseline-equivalent
-answer, ``--runs`` times each, through the lab's own graders, one thread, with a busy loop
-on the other core.
+answer, ``--runs`` times each, through the lab's own graders, one thread, with a busy neighbour
+process (``measure.busy_cores``).
 
     .venv/bin/python tools/measure/lab08_tensorrt.py --runs 5            # full size
     .venv/bin/python tools/measure/lab08_tensorrt.py --runs 5 --smoke    # smoke size
@@ -9,8 +9,11 @@ The reference answers are the solution cells of ``solutions/08-tensorrt/08-tenso
 (executed here); the baseline-equivalent answers are the lab's ``baseline_fuse_conv_bn`` (the
 model unfolded) and ``baseline_to_bf16`` (an fp32 copy). The fusion check rejects an unfolded
 model before timing it (BatchNorm left), so the baseline's latency is timed with the check's
-own inputs and timing code (``fusion_speed_case`` + ``grade_fusion_latency``). Each run draws
-a fresh secret seed. ``engine_speedup`` (shown in the notebook, not graded) times ONNX Runtime
+own inputs and timing code (``fusion_speed_case`` + ``grade_fusion_latency``, which times the
+lab's ``reference_fuse_conv_bn`` in the same run and grades relative to it; each run also
+reports that reference's speedup and whether speed was gradable), and ``bn_folded`` (what
+the points grade where it is not) through ``grade_bn_folded``. Each run draws a fresh secret
+seed. ``engine_speedup`` (shown in the notebook, not graded) times ONNX Runtime
 at level "all" against eager PyTorch as the notebook does.
 """
 
@@ -20,8 +23,8 @@ import argparse
 import contextlib
 import io
 import json
-import multiprocessing
 import os
+import re
 import statistics
 import sys
 from collections.abc import Callable
@@ -30,7 +33,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "solutions" / "08-tensorrt" / "08-tensorrt.ipynb"
-ROWS = ("fusion_latency", "bf16_accuracy_change", "bf16_in_effect", "bf16_speed", "engine_speedup")
+ROWS = (
+    "fusion_latency",
+    "bn_folded",
+    "bf16_accuracy_change",
+    "bf16_in_effect",
+    "bf16_speed",
+    "engine_speedup",
+)
 
 
 def reference_answers() -> dict[str, Any]:
@@ -52,29 +62,12 @@ def reference_answers() -> dict[str, Any]:
     return namespace
 
 
-def busy_loop() -> None:
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(0, {1})
-    while True:
-        pass
+REFERENCE_HERE = re.compile(r"reference solution here ([0-9.]+)x")
 
 
-@contextlib.contextmanager
-def other_core_loaded() -> Any:
-    """Pin this process to core 0 and keep core 1 busy for the duration."""
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(0, {0})
-    loop = multiprocessing.get_context("spawn").Process(target=busy_loop, daemon=True)
-    loop.start()
-    try:
-        yield
-    finally:
-        loop.kill()
-        loop.join()
-
-
-def graded(run: Callable[[], float]) -> tuple[float, float, str]:
-    """(value the check recorded, points, its first printed line) of one check call."""
+def graded(run: Callable[[], float]) -> tuple[float, float, str, str]:
+    """(value the check recorded, points, its first printed line, all it printed) of one check
+    call. A relative speed check that found speed not gradable records its fallback's value."""
     from ptcourse.grading import checks
 
     out = io.StringIO()
@@ -83,7 +76,18 @@ def graded(run: Callable[[], float]) -> tuple[float, float, str]:
             points = run()
         except checks.CheckFailed:
             points = 0.0
-    return checks.RESULTS[-1].value, points, (out.getvalue().strip().splitlines() or [""])[0]
+    text = out.getvalue().strip()
+    return checks.RESULTS[-1].value, points, (text.splitlines() or [""])[0], text
+
+
+def relative(results: list[tuple[float, float, str, str]]) -> None:
+    """For a relative speed check: the reference's speedup each run and how many runs could
+    grade speed (the others graded the fallback row; their values are that row's)."""
+    refs = [float(m.group(1)) for *_, text in results if (m := REFERENCE_HERE.search(text))]
+    fallback = sum("not gradable" in text for *_, text in results)
+    if refs:
+        print(f"{'':<21} {'reference':<9} here {summary(refs)}; speed not gradable in {fallback} "
+              f"of {len(results)} runs", flush=True)  # fmt: skip
 
 
 def summary(values: list[float]) -> str:
@@ -99,6 +103,13 @@ def measure_row(row: str, runs: int, answers: dict[str, Any]) -> None:
         def run() -> float:
             net, xs = lab.fusion_speed_case(checks.secret_seed())
             return lab.grade_fusion_latency(net, fuse(net), xs, points=3)
+
+        return run
+
+    def folded(fuse: Callable[[Any], Any]) -> Callable[[], float]:
+        def run() -> float:
+            net, xs = lab.fusion_speed_case(checks.secret_seed())
+            return lab.grade_bn_folded(net, fuse(net), xs, points=3)
 
         return run
 
@@ -137,6 +148,7 @@ def measure_row(row: str, runs: int, answers: dict[str, Any]) -> None:
 
     cases: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {
         "fusion_latency": (fusion(answers["fuse_conv_bn"]), fusion(lab.baseline_fuse_conv_bn)),
+        "bn_folded": (folded(answers["fuse_conv_bn"]), folded(lab.baseline_fuse_conv_bn)),
         "bf16_accuracy_change": (
             lambda: lab.check_bf16_accuracy(answers["to_bf16"], points=2),
             lambda: lab.check_bf16_accuracy(lab.baseline_to_bf16, points=2),
@@ -147,10 +159,11 @@ def measure_row(row: str, runs: int, answers: dict[str, Any]) -> None:
     }
     for who, run in zip(("reference", "baseline"), cases[row], strict=True):
         results = [graded(run) for _ in range(runs)]
-        values = [value for value, _, _ in results]
-        points = [earned for _, earned, _ in results]
+        values = [value for value, *_ in results]
+        points = [earned for _, earned, *_ in results]
         print(f"{row:<21} {who:<9} {summary(values)}; points {summary(points)}", flush=True)
         print(f"{'':<21} {'each':<9} {', '.join(f'{v:.3g}' for v in values)}", flush=True)
+        relative(results)
         for name, pick in (("lowest", min), ("highest", max)):
             print(f"{'':<21} {name:<9} {pick(results)[2]}", flush=True)
 
@@ -165,13 +178,13 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.pop("PTCOURSE_SECRET_SEED", None)  # a fresh seed every run
     import torch
 
-    from ptcourse.core import hardware
+    from ptcourse.core import hardware, measure
 
     torch.set_num_threads(1)
     print(f"lab 08, {'smoke' if args.smoke else 'full'}, {args.runs} runs; fast bf16: "
           f"{hardware.has('fast_bf16')}; torch {torch.__version__}", flush=True)  # fmt: skip
     answers = reference_answers()
-    with other_core_loaded():
+    with measure.busy_cores(1, max_seconds=7200):
         for row in args.rows.split(","):
             measure_row(row, args.runs, answers)
 

@@ -231,13 +231,71 @@ def test_check_fuse(graded):
         fusion.check_fuse(in_place, points=1)
 
 
+def test_reference_fuse_conv_bn_folds_tiny_cnn_and_resnet():
+    for model in (fusion.deployed_model(0), fusion.resnet(0)):
+        fused = fusion.reference_fuse_conv_bn(model)
+        x = torch.randn(1, 3, 32, 32)
+        with torch.no_grad():
+            want = model(x)
+            assert numerics.max_abs_error(fused(x), want) < 1e-4 * want.abs().max().item()
+        assert fusion.count_batchnorms(fused) == 0 and fusion.count_batchnorms(model) > 0
+
+
+def hand_written_batchnorms(model):
+    """A baseline-equivalent 'fusion': every BatchNorm still runs, as elementwise arithmetic."""
+
+    class Elementwise(Affine):
+        def forward(self, x):
+            shape = (1, -1, 1, 1)
+            scale = self.weight.view(shape) / torch.sqrt(self.running_var.view(shape) + self.eps)
+            return (x - self.running_mean.view(shape)) * scale + self.bias.view(shape)
+
+    model = copy.deepcopy(model).eval()
+    for name, module in list(model.named_modules()):
+        if isinstance(module, nn.BatchNorm2d):
+            model.set_submodule(name, Elementwise(module))
+    return model
+
+
+def half_folded(model):
+    """2 of the deployed model's 4 BatchNorms folded, the others kept under another name."""
+    return nn.Sequential(fusion.reference_fuse_conv_bn(model[:2]), rename_batchnorms(model[2:]))
+
+
+def test_folded_share():
+    net = fusion.deployed_model(0)
+    x = torch.randn(1, 3, 32, 32)
+    assert fusion.folded_share(net, fusion.reference_fuse_conv_bn(net), x) == 1.0
+    assert fusion.folded_share(net, OrtModel(net), x) == 1.0  # no aten work at all
+    assert fusion.folded_share(net, fusion.baseline_fuse_conv_bn(net), x) == 0.0
+    assert fusion.folded_share(net, rename_batchnorms(net), x) == 0.0
+    assert fusion.folded_share(net, hand_written_batchnorms(net), x) == 0.0
+    assert fusion.folded_share(net, half_folded(net), x) == 0.5
+
+
 def test_check_fusion_speed(graded):
-    assert fusion.check_fusion_speed(OrtModel, points=3) == 3.0  # ~5x: clear of any load
+    # the right answer, graded against the reference timed in the same run; ORT (~5x) is clear
+    # of any load and earns full points whether speed is gradable here or not
+    assert fusion.check_fusion_speed(OrtModel, points=3) == 3.0
     with pytest.raises(checks.CheckFailed, match="BatchNorm modules are left"):
         fusion.check_fusion_speed(fusion.baseline_fuse_conv_bn, points=3)
     with pytest.raises(checks.CheckFailed, match="fused logits"):
         fusion.check_fusion_speed(drop_batchnorms, points=3)
-    assert scores_zero(fusion.check_fusion_speed, rename_batchnorms, 3)  # the baseline's speed
+    # the baseline's speed: 0 on speed, and 0 on bn_folded where speed is not gradable
+    assert scores_zero(fusion.check_fusion_speed, rename_batchnorms, 3)
+
+
+def test_check_fusion_speed_not_gradable_grades_bn_folded(graded, monkeypatch, capsys):
+    def reference_is_slow(goal, baseline, reference, candidate, *, points, not_gradable):
+        return not_gradable("[test] the reference does not clear the floor here")
+
+    monkeypatch.setattr(fusion.checks, "relative_speedup", reference_is_slow)
+    assert fusion.check_fusion_speed(fusion.reference_fuse_conv_bn, points=3) == 3.0
+    assert "bn_folded" in capsys.readouterr().out
+    for unfolded in (rename_batchnorms, hand_written_batchnorms):
+        with pytest.raises(checks.CheckFailed, match="bn_folded"):
+            fusion.check_fusion_speed(unfolded, points=3)
+    assert fusion.check_fusion_speed(half_folded, points=3) == 1.5
 
 
 def test_check_ort(graded):
