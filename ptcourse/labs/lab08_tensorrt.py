@@ -39,7 +39,7 @@ from ptcourse.core import hardware, lineup, numerics, seeds
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import is_smoke
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target
+from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("08")
 
@@ -690,7 +690,6 @@ def check_bf16_speed(to_bf16: Callable[[nn.Module], nn.Module], *, points: float
 # 2 cores). Earlier numbers from the 2-core AVX2-only AMD EPYC VM the lab was written on
 # (targets.CPU_VM, 2026-12-03, hidden-test code) are quoted where they explain a target.
 SCRIPT = "tools/measure/lab08_tensorrt.py"
-MEASURED_ON = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 NOT_MEASURED = "NOT measured (no GPU when this lab was written)"
 TARGETS: tuple[Target, ...] = (
     # Batch-1 latency of deployed_model (tiny_cnn 16 ch, 32x32) with BatchNorm folded (torch.fx
@@ -712,7 +711,7 @@ TARGETS: tuple[Target, ...] = (
            "(5 runs), 0.127–1.07x, median 0.989 (10 runs), 0.791–3.75x, median 0.985 (10 runs): "
            "0 points in the first 15 runs, median 0 in the last 10, where one load stall gave "
            "3.75x and 3/3",
-           MEASURED_ON, "2026-12-03", SCRIPT),
+           ZEN4_VM, "2026-12-03", SCRIPT),
     # Where fusion speed is not gradable (the reference below the floor): the share of the
     # original's BatchNorms the fused model folded away (folded_share: batch-norm operator calls
     # gone and operator calls saved, per BatchNorm).
@@ -721,7 +720,7 @@ TARGETS: tuple[Target, ...] = (
            "→ 11, no batch-norm left)",
            f"{SCRIPT}: unfolded copy 0.0 in 4 of 4 runs (4 batch-norm calls left); the unit "
            "tests' BatchNorm renamed (F.batch_norm) or written out elementwise: 0.0",
-           MEASURED_ON, "2026-12-03", SCRIPT),
+           ZEN4_VM, "2026-12-03", SCRIPT),
     # |accuracy(bf16) − accuracy(fp32)| of inspection_model (linear probe: 24–32% full, 14–44%
     # smoke, on 4 classes) on the inspection test split: 64 images smoke, 480 full.
     Target(LAB.number, "bf16_accuracy_change", "cpu", "accuracy_drop", 0.05, 0.15,
@@ -730,25 +729,25 @@ TARGETS: tuple[Target, ...] = (
            "seeds 0–199 (smoke) |change| ≤ 0.0469 (3 of 64 images), over seeds 0–23 (full) "
            "≤ 0.0104",
            f"{SCRIPT}: fp32 copy 0 in every run (2/2 points: not a speed check)",
-           MEASURED_ON, "2026-12-03", SCRIPT),
+           ZEN4_VM, "2026-12-03", SCRIPT),
     # Where bf16 is slow (no AMX/avx512_bf16) the speed cell grades instead that every
     # Conv2d/Linear output is bf16 (low_precision_share).
     Target(LAB.number, "bf16_in_effect", "cpu", "score", 1.0, 0.0,
            f"{SCRIPT}: 1.0 in 15 of 15 runs (5 full, 10 smoke)",
-           f"{SCRIPT}: fp32 copy 0.0 in 15 of 15 runs", MEASURED_ON, "2026-12-03", SCRIPT),
+           f"{SCRIPT}: fp32 copy 0.0 in 15 of 15 runs", ZEN4_VM, "2026-12-03", SCRIPT),
     # Batch 16 at 64 px, fp32 vs the bf16 copy, 1 thread; graded only where fast_bf16().
     Target(LAB.number, "bf16_speed", "cpu", "speedup", 1.3, 1.15,
            f"{SCRIPT}: 1.29–1.67x, median 1.44 (5 runs, load average ~15) and 1.85–2.66x, median "
            "2.02 (10 runs, load average ~11), full size; 2.59–2.74x with the machine idle",
            f"{SCRIPT}: fp32 copy 0.879–1.13x, median 1.0–1.07, 0 points in 15 of 15 runs",
-           MEASURED_ON, "2026-12-03", SCRIPT),
+           ZEN4_VM, "2026-12-03", SCRIPT),
     # Shown, not graded: an optimised inference engine vs eager fp32. CPU: ONNX Runtime at
     # level "all" vs eager, deployed_model at batch 1, 32 px (section 4); GPU: the TensorRT FP16
     # engine of ResNet-18 vs eager fp32 (section 7).
     Target(LAB.number, "engine_speedup", "cpu", "speedup", 3.0, 1.15,
            f"{SCRIPT}: 4.81–6.1x, median 4.92 (full, 5 runs)",
            f"{SCRIPT}: eager vs eager 0.899–0.991x, median 0.972 (5 runs)",
-           MEASURED_ON, "2026-12-03", SCRIPT),
+           ZEN4_VM, "2026-12-03", SCRIPT),
     Target(LAB.number, "engine_speedup", "cuda", "speedup", 2.0, 1.15,
            "not measured; the claim lab 08 quotes: ResNet-50 on Jetson Xavier 45 → 11 ms "
            "(4.1x), FP16 2x",
