@@ -15,7 +15,7 @@ class EfficientBlock(nn.Module):
 
     def __init__(self, c_in, c_out, stride=1):
         super().__init__()
-        self.body = blocks.standard_block(c_in, c_out, stride)
+        self.body = blocks.baseline_block(c_in, c_out, stride)
 
     def forward(self, x):
         return self.body(x)

@@ -1,8 +1,16 @@
+"""Unit tests of ptcourse.labs.lab05_efficient_blocks: the graders' counts, the classifier, the
+training run, and the four checks on a right, a wrong and a baseline-equivalent answer (smoke
+inspection set, fixed secret seed)."""
+
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
 
+from ptcourse.assets import datasets
 from ptcourse.core import measure
+from ptcourse.grading.checks import CheckFailed
 from ptcourse.labs import lab05_efficient_blocks as blocks
 
 
@@ -66,8 +74,8 @@ def test_expected_counts_match_measurement(build, c_in, c_out, side, stride, bat
     assert block(x).shape == (batch, c_out, out_side, out_side)
 
 
-def test_standard_block_counts():
-    block = blocks.standard_block(8, 16, 2).eval()
+def test_baseline_block_counts():
+    block = blocks.baseline_block(8, 16, 2).eval()
     x = torch.randn(2, 8, 9, 11)
     assert _params(block) == blocks.expected_parameters("standard", 8, 16)
     want = blocks.expected_flops("standard", 8, 16, 9, 11, 2, 2)
@@ -104,7 +112,150 @@ def test_unknown_kind_raises():
 
 def test_training_is_seeded_and_learns():
     size = blocks.TrainSize(image=32, steps=4, batch=16, widths=(8,))
-    a = blocks.train_and_evaluate(blocks.standard_block, 3, size, smoke=True)
-    b = blocks.train_and_evaluate(blocks.standard_block, 3, size, smoke=True)
+    a = blocks.train_and_evaluate(blocks.baseline_block, 3, size, smoke=True)
+    b = blocks.train_and_evaluate(blocks.baseline_block, 3, size, smoke=True)
     assert a == b
     assert 0.0 <= a <= 1.0
+
+
+def test_sizes_follow_smoke_mode(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    smoke = blocks.sizes()
+    monkeypatch.setenv("PTCOURSE_SMOKE", "0")
+    full = blocks.sizes()
+    assert smoke.channels < full.channels and smoke.shown.steps < full.shown.steps
+    assert smoke.train == full.train == full.shown  # the graded run is the same in smoke mode
+    assert "training" in str(full)
+
+
+def test_training_reads_the_shared_inspection_tensors():
+    x_train, y_train, x_test, y_test = datasets.inspection_tensors(32, "image", smoke=True)
+    assert x_train.shape[1:] == (3, 32, 32) and len(x_test) == len(y_test)
+    means, stds = x_train.mean(dim=(1, 2, 3)), x_train.std(dim=(1, 2, 3))
+    assert torch.allclose(means, torch.zeros_like(means), atol=1e-5)
+    assert torch.allclose(stds, torch.ones_like(stds), atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks
+
+
+class Baseline(nn.Module):
+    """Baseline-equivalent answer: the standard block pasted as the exercise."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1) -> None:
+        super().__init__()
+        self.body = blocks.baseline_block(c_in, c_out, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class NoSqueeze(Reference):
+    """Wrong: the block without its squeeze-and-excitation (too few parameters)."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1) -> None:
+        super().__init__(c_in, c_out, stride)
+        del self.squeeze, self.excite
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn2(self.pointwise(self.act(self.bn1(self.depthwise(x))))))
+
+
+class DepthwiseEightTimes(Reference):
+    """Wrong but the specified parameters: runs its depthwise conv 8 times (more FLOPs)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(7):  # and once more in the block itself
+            x = self.depthwise(x)
+        return super().forward(x)
+
+
+class IgnoresInput(Reference):
+    """Wrong: the specified block whose output does not depend on its input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(torch.zeros_like(x))
+
+
+def reference_flops(c_in, c_out, height, width, stride=1, batch=1):
+    return blocks.expected_flops("efficient", c_in, c_out, height, width, stride, batch).total
+
+
+def without_se_flops(c_in, c_out, height, width, stride=1, batch=1):
+    return blocks.expected_flops("efficient", c_in, c_out, height, width, stride, batch).counted
+
+
+def standard_flops(c_in, c_out, height, width, stride=1, batch=1):
+    return blocks.expected_flops("standard", c_in, c_out, height, width, stride, batch).counted
+
+
+@pytest.fixture
+def graded(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    monkeypatch.setenv("PTCOURSE_SECRET_SEED", "1234")
+    monkeypatch.delenv("PTCOURSE_RESULTS", raising=False)
+
+
+def test_block_check_full_marks_for_the_specified_block(graded, capsys):
+    assert blocks.check_block(Reference, points=2) == 2
+    assert "exact on 4 fresh configurations" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("block", [NoSqueeze, Baseline])
+def test_block_check_fails_other_blocks(graded, block):
+    with pytest.raises(CheckFailed, match="parameters"):
+        blocks.check_block(block, points=2)
+
+
+def test_flops_formula_check_full_marks_for_the_right_formula(graded):
+    assert blocks.check_flops_formula(reference_flops, points=1) == 1
+
+
+@pytest.mark.parametrize("formula", [without_se_flops, standard_flops])
+def test_flops_formula_check_fails_other_formulas(graded, formula):
+    with pytest.raises(CheckFailed, match="expected"):
+        blocks.check_flops_formula(formula, points=1)
+
+
+def test_flops_ratio_check_full_marks_for_the_specified_block(graded):
+    assert blocks.check_flops_ratio(Reference, points=2) == 2
+
+
+def test_flops_ratio_check_partial_credit_for_extra_flops(graded):
+    # 9 * 128 / (8 * 9 + 128) = 5.8x fewer FLOPs: (5.8 - 1.5) / (8 - 1.5) of the points
+    assert 1.2 < blocks.check_flops_ratio(DepthwiseEightTimes, points=2) < 1.4
+
+
+def test_flops_ratio_check_fails_the_standard_block(graded):
+    with pytest.raises(CheckFailed, match="not the block"):
+        blocks.check_flops_ratio(Baseline, points=2)
+
+
+def test_accuracy_check_full_marks_for_the_specified_block(graded):
+    # the graded run itself (150 steps on the smoke set): about half a minute on one core
+    assert blocks.check_accuracy(Reference, points=2) == 2
+
+
+@pytest.fixture
+def short_training(graded, monkeypatch):
+    """The accuracy check on a 4-step run: a block that cannot learn still scores chance."""
+    full = blocks.sizes()
+    short = dataclasses.replace(full, train=dataclasses.replace(full.train, steps=4))
+    monkeypatch.setattr(blocks, "sizes", lambda: short)
+
+
+def test_accuracy_check_baseline_trains_exactly_as_the_standard_block(short_training, capsys):
+    try:
+        earned = blocks.check_accuracy(Baseline, points=2)
+    except CheckFailed:  # 4 steps may not reach the accuracy floor
+        earned = None
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("test accuracy"))
+    standard, yours = (float(part.split()[-1]) for part in line.split(","))
+    assert standard == yours  # same block, same seed: no drop
+    assert earned is None or earned >= 1
+
+
+def test_accuracy_check_fails_a_block_that_ignores_its_input(short_training):
+    with pytest.raises(CheckFailed, match="accuracy"):
+        blocks.check_accuracy(IgnoresInput, points=2)
