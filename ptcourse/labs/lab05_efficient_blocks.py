@@ -34,7 +34,7 @@ from ptcourse.core import lineup, measure
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import CPU_VM, Target
+from ptcourse.grading.targets import CPU_VM, ZEN4_VM, Target
 
 LAB = lineup.lab("05")
 BlockFactory = Callable[[int, int, int], nn.Module]  # (c_in, c_out, stride) -> block
@@ -47,7 +47,6 @@ BlockFactory = Callable[[int, int, int], nn.Module]  # (c_in, c_out, stride) -> 
 # for classifier(baseline_block), same seed, minus it. Measured with SCRIPT --runs 3 on the full
 # and the smoke inspection set (secret seeds 0-2); the earlier 10-seed ranges were measured on
 # 2026-12-03 on a 2-core AMD EPYC VM with AVX2 and no AVX-512 (CPU_VM).
-MEASURED_ON = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
 SCRIPT = "tools/measure/lab05_efficient_blocks.py"
 RUNS = f"{SCRIPT}: 3 runs each"
 TARGETS: tuple[Target, ...] = (
@@ -57,13 +56,16 @@ TARGETS: tuple[Target, ...] = (
            "standard block pasted as the exercise: fails before the ratio (147,712 parameters: "
            "not the block); its FLOPs ratio would be 1.00x",
            "any machine (FLOP count)", "2026-12-03", SCRIPT),
-    Target("05", "accuracy", "cpu", "accuracy", 0.42, 0.34,
+    Target("05", "accuracy", "cpu", "accuracy", 0.38, 0.34,
            f"{RUNS}: reference block 0.496-0.579 (full), 0.469-0.641 (smoke); 150 AdamW steps, "
-           "lr 6e-3, 48x48 images. Earlier, 10 seeds: 0.494-0.642 (full), 0.500-0.609 (smoke)",
+           "lr 6e-3, 48x48 images. A 72-seed smoke sweep of check_accuracy's training run "
+           "(2026-12-03): lowest 0.391 (seed 38; the target was 0.42 then and that seed cost "
+           "the reference 0.56 of 2 points in one autograde), next lowest 0.422. Earlier, 10 "
+           "seeds: 0.494-0.642 (full), 0.500-0.609 (smoke)",
            "ignores its input: 0.250 (3 runs full, 3 smoke); standard block pasted: 0.39-0.725 "
            f"(full), 0.625-0.688 (smoke) (it is a real block). Earlier ({CPU_VM}): detached "
            "output (never trains) 0.250-0.328 (6 runs)",
-           MEASURED_ON, "2026-12-03", SCRIPT),
+           ZEN4_VM, "2026-12-03", SCRIPT),
     Target("05", "accuracy_drop", "cpu", "accuracy_drop", 0.32, 0.50,
            f"{RUNS}: standard minus reference -0.158..+0.229 (full), +0.031..+0.156 (smoke). "
            "Earlier, 10 seeds: -0.246..+0.100 (full; the standard block fails to train on 1 of "
@@ -71,7 +73,7 @@ TARGETS: tuple[Target, ...] = (
            "-0.031..+0.266 (target was 0.25 then: 9/10 full marks)",
            "standard block pasted: 0 (same block, same seed). Earlier (smoke): ignores its "
            "input +0.20..+0.48, detached +0.20..+0.41; both also fail the accuracy check",
-           MEASURED_ON, "2026-12-03", SCRIPT),
+           ZEN4_VM, "2026-12-03", SCRIPT),
 )  # fmt: skip
 
 

@@ -100,12 +100,19 @@ def test_importing_and_reloading_graders_is_silent():
 
 
 def test_fresh_undoes_redefinitions():
-    from ptcourse import labs
-
-    module = labs.module("06")
-    module.measure.compare = lambda *args, **kwargs: 100.0
-    reloaded = labs.fresh("06")
-    assert reloaded.measure.compare.__name__ == "compare"
+    """In a fresh interpreter: reloading here would leave this process's other tests holding
+    classes (Target, CheckFailed) from before the reload."""
+    code = (
+        "from ptcourse import labs\n"
+        "module = labs.module('06')\n"
+        "module.measure.compare = lambda *args, **kwargs: 100.0\n"
+        "module.checks.speedup = lambda *args, **kwargs: 3.0\n"
+        "reloaded = labs.fresh('06')\n"
+        "assert reloaded.measure.compare.__name__ == 'compare'\n"
+        "assert reloaded.checks.speedup.__name__ == 'speedup'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_relative_speedup_gives_full_credit_to_the_reference_and_none_to_a_baseline_copy():
