@@ -38,7 +38,8 @@ with captured_stderr():
     from torch.utils import benchmark
 
 
-def _fmt_time(seconds: float) -> str:
+def format_time(seconds: float) -> str:
+    """A duration with a readable unit: "1.23 ms"."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
         if seconds >= scale:
             return f"{seconds / scale:.3g} {unit}"
@@ -80,7 +81,7 @@ class Timing:
 
     def summary(self) -> str:
         return (
-            f"{_fmt_time(self.median_s)} per call (IQR {_fmt_time(self.iqr_s)}, "
+            f"{format_time(self.median_s)} per call (IQR {format_time(self.iqr_s)}, "
             f"{self.runs} runs × {self.calls_per_run} calls, {self.threads} thread(s), "
             f"{self.device})"
         )
@@ -137,7 +138,7 @@ class Speedup:
     def summary(self) -> str:
         text = (
             f"{self.ratio:.2f}x faster (95% CI {self.ci_low:.2f}–{self.ci_high:.2f}x; "
-            f"{_fmt_time(self.baseline_s)} → {_fmt_time(self.candidate_s)} per call; "
+            f"{format_time(self.baseline_s)} → {format_time(self.candidate_s)} per call; "
             f"{self.pairs} interleaved pairs, {self.threads} thread(s), {self.device})"
         )
         if self.target is not None:

@@ -313,13 +313,6 @@ def baseline_time_it(
     return time.perf_counter() - start
 
 
-def _format_seconds(seconds: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
-
-
 @dataclass(frozen=True)
 class TimerError:
     """A timer's answers against ptcourse's measurements of the same workload, round by round."""
@@ -334,7 +327,7 @@ class TimerError:
         return float(np.median(self.answers_s))
 
     def summary(self) -> str:
-        fmt = _format_seconds
+        fmt = measure.format_time
         lines = [
             f"  round {i + 1}: your timer {fmt(answer)} per call; ptcourse {fmt(low)}–{fmt(high)}"
             f" → relative error {error:.3g}"
