@@ -21,8 +21,9 @@ narrative helpers
 ``check_<id>(answer, *, points) -> float``
     one per hidden test cell, ``<id>`` being the cell's nbgrader grade id without its ``test_``
     prefix and ``_hidden`` suffix (``test_speed_hidden`` → ``check_speed``). It draws its own
-    fresh inputs, measures, compares with its ``TARGETS`` row through :mod:`ptcourse.grading.checks`,
-    prints one line and returns the points earned (raising ``CheckFailed`` at zero). ``answer``
+    fresh inputs, measures, compares with its ``TARGETS`` row through
+    :mod:`ptcourse.grading.checks`, prints one line and returns the points earned (raising
+    ``CheckFailed`` at zero). ``answer``
     is what the student wrote (a function, a class, a model…), passed positionally.
 
 A hidden test cell is then a few lines with no logic::

@@ -23,15 +23,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import queue
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +38,7 @@ import torch
 from ptcourse.core import hardware, lineup, measure
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target, ZEN4_VM
+from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("00")
 

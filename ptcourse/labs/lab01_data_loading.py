@@ -29,7 +29,7 @@ from ptcourse.core import hardware, lineup
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target, ZEN4_VM
+from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("01")
 

@@ -29,7 +29,7 @@ from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.seeds import seeded
 from ptcourse.core.smoke import is_smoke, pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import CPU_VM, Target, ZEN4_VM
+from ptcourse.grading.targets import CPU_VM, ZEN4_VM, Target
 
 LAB = lineup.lab("03")
 PROBED = (nn.Linear, nn.Conv2d)  # the layers whose matmuls autocast runs in low precision

@@ -31,7 +31,7 @@ from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.seeds import seeded
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target, ZEN4_VM
+from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("07")
 GAIN = 2.0

@@ -35,7 +35,7 @@ from ptcourse.assets import datasets, text
 from ptcourse.core import lineup, measure, numerics, seeds
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target, ZEN4_VM
+from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("09")
 PRIME = 1_000_003  # bigram hash: (a * PRIME + b) mod (rows - 1) + 1

@@ -36,7 +36,7 @@ from ptcourse.core import lineup
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import is_smoke, pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target, ZEN4_VM
+from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("10")
 Quantizer = Callable[[nn.Module], nn.Module]

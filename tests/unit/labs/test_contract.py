@@ -37,7 +37,7 @@ def check_name(grade_id: str) -> str:
 @pytest.mark.parametrize("each", WRITTEN, ids=lambda x: x.name)
 def test_module_has_the_contract(each):
     module = lab_module(each)
-    assert module.LAB == each
+    assert each == module.LAB
     assert module.TARGETS and all(isinstance(row, Target) for row in module.TARGETS)
     assert {row.lab for row in module.TARGETS} == {each.number}
     assert dataclasses.is_dataclass(module.Sizes) and module.Sizes.__dataclass_params__.frozen

@@ -1,5 +1,6 @@
-"""ptcourse.labs.lab03_mixed_precision: sizes per track, probes, cast counting, and the checks telling a
-correct mixed-precision step from an fp32 one and from common mistakes (all on the CPU, smoke sizes)."""
+"""ptcourse.labs.lab03_mixed_precision: sizes per track, probes, cast counting, and the
+checks telling a correct mixed-precision step from an fp32 one and from common mistakes (all on
+the CPU, smoke sizes)."""
 
 import pytest
 import torch
@@ -16,28 +17,13 @@ def smoke_basic(monkeypatch):
     monkeypatch.setenv("PTCOURSE_TRACK", "cpu-basic")
 
 
-def bf16_step(model, optimizer, x, y):
-    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
-        loss = F.cross_entropy(model(x), y)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
+bf16_step = amp.reference_step
+scaled_step = amp.reference_scaled_step
 
 
 def pure_bf16_step(model, optimizer, x, y):
     model.to(torch.bfloat16)  # no fp32 master weights
     return amp.baseline_step(model, optimizer, x, y)
-
-
-def scaled_step(model, optimizer, scaler, x, y):
-    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
-        loss = F.cross_entropy(model(x), y)
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
 
 
 def scaled_step_without_update(model, optimizer, scaler, x, y):
