@@ -1,11 +1,11 @@
 """Graded targets: what a row says, how a check finds its row, and the table of every lab's rows.
 
 Each lab module keeps its own rows (``TARGETS``) next to the checks that use them
-(``ptcourse.labs.all_targets()`` collects them). A row is set
-from measurements of the reference solution and of a baseline-equivalent submission, with
-margin: the reference passes under load, the baseline fails. ``floor`` is where partial credit
-reaches zero; credit is linear between ``floor`` and ``target``. ``script`` names the file in
-this repository that made the measurement.
+(``ptcourse.labs.all_targets()`` collects them). A row is set from measurements of the reference
+solution and of a baseline-equivalent submission, with margin: the reference passes under load,
+the baseline fails. ``floor`` is where partial credit reaches zero; credit is linear between
+``floor`` and ``target``. ``script`` names the file in this repository that made the
+measurement.
 """
 
 from __future__ import annotations
