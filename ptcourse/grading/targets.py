@@ -52,14 +52,6 @@ class Goal:
     row: Target
     track: hardware.Track
 
-    @property
-    def lab(self) -> str:
-        return self.row.lab
-
-    @property
-    def check(self) -> str:
-        return self.row.check
-
 
 def pick(rows: Iterable[Target], check: str, track: str) -> Target:
     """The row of ``check`` on ``track``; a track without its own row uses the cpu row."""
