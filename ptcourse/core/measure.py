@@ -169,6 +169,24 @@ def median_interval(
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
+class TimedElsewhere:
+    """A callable whose blocks of calls are timed by itself, e.g. a call into another process
+    whose clock, inputs and threads the caller controls (the judge's worker). :func:`compare`
+    and :func:`compare_many` use its :meth:`time_block`, :func:`peak_memory` its
+    :meth:`peak_bytes`."""
+
+    def __call__(self) -> Any:
+        raise NotImplementedError
+
+    def time_block(self, calls: int) -> float:
+        """Seconds per call over ``calls`` calls."""
+        raise NotImplementedError
+
+    def peak_bytes(self, interval_s: float) -> tuple[int, int]:
+        """(memory before, peak memory) around one call."""
+        raise NotImplementedError
+
+
 def _calls_per_block(fn: Callable[[], Any], block_s: float) -> int:
     _sync()
     start = time.perf_counter()
@@ -179,6 +197,8 @@ def _calls_per_block(fn: Callable[[], Any], block_s: float) -> int:
 
 
 def _block(fn: Callable[[], Any], calls: int) -> float:
+    if isinstance(fn, TimedElsewhere):
+        return fn.time_block(calls)
     _sync()
     start = time.perf_counter()
     for _ in range(calls):
@@ -405,6 +425,9 @@ def peak_memory(
     fn: Callable[[], Any], *, device: str | None = None, interval_s: float = 0.001
 ) -> Memory:
     """Peak memory of one call of ``fn()``: CUDA allocator stats on GPU, sampled RSS on CPU."""
+    if isinstance(fn, TimedElsewhere):
+        before, peak = fn.peak_bytes(interval_s)
+        return Memory(max(0, peak - before), before, "the worker's RSS, sampled by the judge")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return _cuda_peak(fn) if device.startswith("cuda") else _cpu_peak(fn, interval_s)
 

@@ -1,0 +1,225 @@
+"""The judge: the authoritative score of one submission, from a process no student code runs in.
+
+The submission's cells run in a sandboxed worker (:mod:`ptcourse.judge.worker`), one at a time.
+Each autograded test cell whose check the lab lists in its ``JUDGED`` runs here instead: the
+judge reads the cell's hidden call (``fresh("06").check_speed(attention_sdpa, points=3)``),
+looks the named answers up in the worker — data comes back as data, functions and modules as
+:class:`~ptcourse.judge.remote.Remote` references — and calls the lab module's check with them.
+The check draws its secret inputs, computes the expected outputs and holds the clock here. The
+cell's outputs become the judge's line and points, which nbgrader then reads like any test
+cell's. A test cell whose check is not judged yet runs in the worker (sandboxed, but in the same
+process as the student's code) and is marked so.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from ptcourse.core.lineup import Lab, lab
+from ptcourse.grading.checks import CheckFailed
+from ptcourse.judge import sandbox
+from ptcourse.judge.remote import WorkerError, WorkerGone, WorkerProcess
+
+BEGIN, END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+UNSANDBOXED = "UNSANDBOXED (no bubblewrap here: student code could reach the whole machine)"
+GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class HiddenCall:
+    """What a hidden test cell asks for: ``fresh(lab).check(*names, points=points)``."""
+
+    lab: str
+    check: str
+    names: tuple[str, ...]
+    points: float
+
+
+def hidden_call(source: str) -> HiddenCall | None:
+    if BEGIN not in source:
+        return None
+    block = source.split(BEGIN, 1)[1].split(END, 1)[0]
+    for node in ast.walk(ast.parse(block)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        inner = node.func.value
+        if isinstance(inner, ast.Call) and getattr(inner.func, "id", "") == "fresh":
+            points = next(k.value for k in node.keywords if k.arg == "points")
+            return HiddenCall(
+                inner.args[0].value,
+                node.func.attr,
+                tuple(arg.id for arg in node.args),
+                float(points.value),
+            )
+    return None
+
+
+def _is_test(cell: Any) -> bool:
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and meta.get("grade") and not meta.get("solution")
+
+
+def _notebook_outputs(outputs: Any) -> list[Any]:
+    """The worker's outputs as notebook outputs (they are data the student controls: only the
+    fields nbformat knows are kept)."""
+    return [nbformat.from_dict(each) for each in outputs if isinstance(each, dict)]
+
+
+def _stream(text: str, name: str = "stdout") -> dict[str, Any]:
+    return nbformat.v4.new_output("stream", name=name, text=text)
+
+
+def _error(name: str, message: str) -> dict[str, Any]:
+    return nbformat.v4.new_output("error", ename=name, evalue=message, traceback=[message])
+
+
+def _result(points: float) -> dict[str, Any]:
+    return nbformat.v4.new_output("execute_result", data={"text/plain": repr(points)})
+
+
+@dataclass
+class Judge:
+    lab: Lab
+    worker: WorkerProcess
+    cell_timeout: float
+    replay: list[tuple[int, str]] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+
+    def run_cell(self, index: int, source: str) -> list[dict[str, Any]]:
+        try:
+            outputs = self._in_worker(index, source)
+        except WorkerGone as gone:
+            self.restart()
+            return [_error("CellFailed", f"this cell ended the worker: {gone}")]
+        self.replay.append((index, source))
+        return outputs
+
+    def _in_worker(self, index: int, source: str) -> list[dict[str, Any]]:
+        self.worker.send("cell", source, index)
+        try:
+            return _notebook_outputs(self.worker.receive(self.cell_timeout)["outputs"])
+        except WorkerGone:
+            if self.worker.process is None:
+                raise
+        self.worker.interrupt()  # past its time: KeyboardInterrupt, then a grace period
+        try:
+            outputs = _notebook_outputs(self.worker.receive(GRACE_S)["outputs"])
+        except WorkerGone as gone:
+            late = f"it ran past {self.cell_timeout:g} s and ignored interrupts"
+            raise WorkerGone(late) from gone
+        note = f"this cell ran past {self.cell_timeout:g} s and was interrupted"
+        return [*outputs, _error("CellTimeout", note)]
+
+    def restart(self) -> None:
+        """A fresh worker that has run every cell that completed so far (outputs dropped)."""
+        self.worker.kill()
+        self.worker.start()
+        for index, source in self.replay:
+            with contextlib.suppress(WorkerGone, WorkerError):
+                self.worker.request("cell", source, index, timeout=self.cell_timeout)
+        self.log.append(f"worker restarted; replayed {len(self.replay)} cells")
+
+    def judge_cell(self, call: HiddenCall) -> list[dict[str, Any]]:
+        from ptcourse.labs import fresh
+
+        module = fresh(call.lab)
+        printed = io.StringIO()
+        try:
+            answers = [self.worker.request("lookup", name) for name in call.names]
+            with contextlib.redirect_stdout(printed):
+                points = float(getattr(module, call.check)(*answers, points=call.points))
+        except CheckFailed as failed:
+            return [_stream(printed.getvalue()), _error("CheckFailed", str(failed))]
+        except WorkerError as error:
+            return [_stream(printed.getvalue()), _error("SubmissionError", str(error))]
+        except WorkerGone as gone:
+            self.restart()
+            return [_stream(printed.getvalue()), _error("SubmissionError", str(gone))]
+        finally:
+            self.worker.freeze()
+        return [_stream(printed.getvalue()), _result(points)]
+
+
+def judge_notebook(
+    key: str,
+    notebook: Path,
+    submission: Path,
+    scratch: Path,
+    *,
+    cell_timeout: float,
+    hidden: list[Path],
+    readable: list[Path],
+) -> nbformat.NotebookNode:
+    """Run ``notebook`` (nbgrader's canonical copy, hidden tests included) cell by cell: the
+    worker executes the submission's cells, the judge its judged checks. Returns it with outputs."""
+    from ptcourse.labs import fresh
+
+    the_lab = lab(key)
+    judged = set(getattr(fresh(key), "JUDGED", ()))
+    missing = sandbox.unavailable()
+    env = {k: v for k, v in os.environ.items() if k.startswith(("PTCOURSE_", "OMP_", "MKL_"))}
+    env.pop("PTCOURSE_RESULTS", None)
+    env["PTCOURSE_IN_WORKER"] = "1"
+    worker = WorkerProcess(
+        submission, scratch, env, readable, hidden, sandboxed=missing is None
+    ).start()
+    judge = Judge(the_lab, worker, cell_timeout)
+    nb = nbformat.read(notebook, as_version=4)
+    try:
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            call = hidden_call(cell.source) if _is_test(cell) else None
+            started = time.monotonic()
+            if call and call.check.removeprefix("check_") in judged:
+                cell.outputs = judge.judge_cell(call)
+                mark = "judged outside the notebook's process"
+            else:
+                cell.outputs = judge.run_cell(index, cell.source)
+                mark = "in the notebook's process" if call else ""
+            if mark and missing:
+                cell.outputs.insert(0, _stream(f"{UNSANDBOXED}: {missing}\n"))
+            cell.metadata["ptcourse"] = {
+                "graded": mark,
+                "sandboxed": missing is None,
+                "seconds": round(time.monotonic() - started, 2),
+            }
+    finally:
+        worker.kill()
+    nb.metadata["ptcourse"] = {"judge_log": judge.log, "sandbox": missing or "bubblewrap"}
+    return nb
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m ptcourse.judge.judge KEY NOTEBOOK SUBMISSION SCRATCH OUT HIDDEN READABLE``:
+    one fresh judge process per submission (``ptcourse grade`` starts it). HIDDEN and READABLE
+    are folder lists joined with ``os.pathsep``."""
+    from ptcourse.assets import datasets
+
+    key, notebook, submission, scratch, out, hidden, readable = argv or sys.argv[1:]
+    for name in datasets.SEEDS:  # built here: the worker sees them read-only
+        datasets.ensure(name, quiet=True)
+    nb = judge_notebook(
+        key,
+        Path(notebook),
+        Path(submission),
+        Path(scratch),
+        cell_timeout=float(os.environ.get("PTCOURSE_CELL_TIMEOUT", "300")),
+        hidden=[Path(p) for p in hidden.split(os.pathsep) if p],
+        readable=[Path(p) for p in readable.split(os.pathsep) if p],
+    )
+    nbformat.write(nb, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+"""The judge's side of the worker: start it in its sandbox, talk to it, freeze it, time it.
+
+Only data comes back (``torch.load(weights_only=True)``); a function, module or iterator the
+submission defined comes back as a :class:`Remote` that forwards calls to the worker. Elapsed
+time is measured here, never reported by the worker: :class:`RemoteCall` sends fresh inputs,
+lets the worker run, and charges the call the larger of the wall time and the CPU time every
+process of the sandbox used meanwhile (so extra threads or helper processes cannot buy speed).
+Between its turns every process of the submission is stopped (SIGSTOP), so nothing it left
+running can slow the baseline down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ptcourse.core.measure import TimedElsewhere
+from ptcourse.judge import sandbox
+from ptcourse.judge.worker import HEADER
+
+MAX_REPLY_BYTES = 2**30
+
+
+class WorkerError(RuntimeError):
+    """The submission's code raised in the worker; the message is its exception."""
+
+
+class WorkerGone(RuntimeError):
+    """The worker died, hung past its deadline or broke the protocol; it has been killed."""
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process below it (the whole sandbox when root is bubblewrap)."""
+    tree, found, todo = _children(), [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(tree.get(pid, ()))
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time the processes' threads have run, from the kernel's scheduler statistics."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+class Pickler(pickle.Pickler):
+    def persistent_id(self, obj: Any) -> Any:
+        return obj.ref if isinstance(obj, Remote) else None
+
+
+@dataclass
+class WorkerProcess:
+    """One sandboxed worker for one submission."""
+
+    submission: Path
+    scratch: Path
+    env: dict[str, str]
+    readable: list[Path]
+    hidden: list[Path]
+    limits: sandbox.Limits = field(default_factory=sandbox.Limits)
+    sandboxed: bool = True
+    process: subprocess.Popen | None = None
+    frozen: bool = False
+
+    def start(self) -> WorkerProcess:
+        argv = [sys.executable, "-I", "-m", "ptcourse.judge.worker"]
+        env = {**self.env, "PTCOURSE_SUBMISSION": str(self.submission)}
+        if self.sandboxed:
+            env["PTCOURSE_SUBMISSION"] = sandbox.SUBMISSION
+            argv = sandbox.command(
+                argv,
+                submission=self.submission,
+                readable=self.readable,
+                hidden=self.hidden,
+                limits=self.limits,
+                env=env,
+            )
+            cwd, environ = None, None
+        else:
+            argv, environ, cwd = sandbox.unsandboxed(
+                argv, scratch=self.scratch, submission=self.submission, env=env
+            )
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        log = (self.scratch / "worker.log").open("ab")
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=cwd,
+            env=environ,
+            start_new_session=True,
+        )
+        log.close()
+        self.frozen = False
+        return self
+
+    @property
+    def pids(self) -> list[int]:
+        return process_tree(self.process.pid) if self.process else []
+
+    def freeze(self) -> None:
+        if self.process and not self.frozen:
+            _signal_all(self.pids, signal.SIGSTOP)
+            self.frozen = True
+
+    def thaw(self) -> None:
+        if self.process and self.frozen:
+            _signal_all(self.pids, signal.SIGCONT)
+            self.frozen = False
+
+    def interrupt(self) -> None:
+        """KeyboardInterrupt in the worker (a cell past its time)."""
+        self.thaw()
+        for pid in self.pids:
+            if _python_of(pid):
+                _signal_all([pid], signal.SIGINT)
+
+    def kill(self) -> None:
+        if self.process is None:
+            return
+        _signal_all(self.pids, signal.SIGKILL)
+        self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        self.process = None
+
+    def send(self, op: str, *args: Any) -> None:
+        if self.process is None:
+            raise WorkerGone("the worker is not running")
+        self.thaw()
+        buffer = io.BytesIO()
+        Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump((op, *args))
+        payload = buffer.getvalue()
+        try:
+            self.process.stdin.write(HEADER.pack(len(payload)) + payload)
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError) as error:
+            self.kill()
+            raise WorkerGone(f"the worker closed its channel ({error})") from error
+
+    def receive(self, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        try:
+            (size,) = HEADER.unpack(self._read(HEADER.size, deadline))
+            if size > MAX_REPLY_BYTES:
+                raise WorkerGone(f"a reply of {size} bytes (more than {MAX_REPLY_BYTES})")
+            reply = torch.load(io.BytesIO(self._read(size, deadline)), weights_only=True)
+        except WorkerGone:
+            self.kill()
+            raise
+        except Exception as error:  # noqa: BLE001 - anything unreadable is a broken worker
+            self.kill()
+            raise WorkerGone(f"unreadable reply from the worker: {error}") from error
+        if not isinstance(reply, dict) or "ok" not in reply:
+            self.kill()
+            raise WorkerGone("a reply that is not the protocol's")
+        if not reply["ok"]:
+            raise WorkerError(str(reply.get("error")))
+        return self.decode(reply.get("value"))
+
+    def request(self, op: str, *args: Any, timeout: float = 300.0) -> Any:
+        self.send(op, *args)
+        return self.receive(timeout)
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        fd = self.process.stdout.fileno()
+        chunks, left = [], size
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise WorkerGone(f"no reply from the worker within the deadline ({size} bytes)")
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                code = self.process.poll()
+                raise WorkerGone(f"the worker ended (exit status {code})")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def decode(self, value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {"__ref__", "type"}:
+            return Remote(self, int(value["__ref__"]), str(value["type"]))
+        if isinstance(value, list | tuple):
+            return type(value)(self.decode(each) for each in value)
+        if isinstance(value, dict):
+            return {key: self.decode(each) for key, each in value.items()}
+        return value
+
+
+def _python_of(pid: int) -> bool:
+    try:
+        return "python" in Path(f"/proc/{pid}/comm").read_text()
+    except OSError:
+        return False
+
+
+class Remote:
+    """Something the submission defined, living in its worker: call it, read its attributes,
+    iterate it. Arguments travel pickled; modules and optimizers passed in come back updated
+    (their parameters, buffers, gradients and state), as if the call had been local."""
+
+    def __init__(self, worker: WorkerProcess, ref: int, type_name: str) -> None:
+        self.worker, self.ref, self.type_name = worker, ref, type_name
+
+    def __repr__(self) -> str:
+        return f"<submission's {self.type_name} (in the sandboxed worker)>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        reply = self.worker.request("call", self, args, kwargs, True)
+        for arg, state in zip(args, reply["args"] or (), strict=False):
+            _apply_state(arg, state)
+        return reply["value"]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self.worker.request("attribute", self, name)
+
+    def __iter__(self) -> Remote:
+        return self.worker.request("call", _ITER, (self,), {}, False)["value"]
+
+    def __next__(self) -> Any:
+        step = self.worker.request("next", self)
+        if step["done"]:
+            raise StopIteration
+        return step["value"]
+
+    def timed(self, make_args: Callable[[], tuple], verify: Callable[..., None] | None = None):
+        return RemoteCall(self, make_args, verify)
+
+
+_ITER = iter  # pickled by reference: builtins.iter, resolved in the worker
+
+
+def _apply_state(arg: Any, state: Any) -> None:
+    if state is None:
+        return
+    if isinstance(arg, torch.nn.Module) and "state" in state:
+        with torch.no_grad():
+            arg.load_state_dict(state["state"])
+            for name, param in arg.named_parameters():
+                grad = state["grads"].get(name)
+                param.grad = None if grad is None else grad.clone()
+    elif isinstance(arg, torch.optim.Optimizer) and "optimizer" in state:
+        arg.load_state_dict(state["optimizer"])
+
+
+class RemoteCall(TimedElsewhere):
+    """A call a speed check times: each timed call gets inputs from ``make_args`` that the
+    submission has not seen, the judge's clock runs around the worker's turn, and one output
+    per block is checked with ``verify(args, output)`` (raising when wrong)."""
+
+    def __init__(
+        self, target: Remote, make_args: Callable[[], tuple], verify: Callable[..., None] | None
+    ) -> None:
+        self.target, self.make_args, self.verify = target, make_args, verify
+        self.worker = target.worker
+        self.threads = 1
+
+    def __call__(self) -> Any:
+        return self.target(*self.make_args())
+
+    def time_block(self, calls: int) -> float:
+        """Seconds per call over ``calls`` calls on fresh inputs: max(wall, CPU of the sandbox)."""
+        arg_sets = [self.make_args() for _ in range(calls)]
+        self.worker.request("prepare", "timed", self.target, arg_sets, self.threads)
+        pids = self.worker.pids
+        cpu_before = cpu_seconds(pids)
+        start = time.perf_counter()
+        self.worker.request("run", "timed")
+        wall = time.perf_counter() - start
+        self.worker.freeze()
+        cpu = cpu_seconds(self.worker.pids) - cpu_before
+        if self.verify is not None:
+            index = int(torch.randint(calls, (1,)))
+            self.verify(arg_sets[index], self.worker.request("result", "timed", index))
+        return max(wall, cpu) / calls
+
+    def peak_bytes(self, interval_s: float = 0.001) -> tuple[int, int]:
+        """(RSS before, peak RSS) of the sandbox's processes during one call on fresh inputs."""
+        args = self.make_args()
+        self.worker.request("release_memory")
+        self.worker.request("prepare", "memory", self.target, [args], self.threads)
+        pids = self.worker.pids
+        before = peak = rss_bytes(pids)
+        self.worker.send("run", "memory")
+        fd = self.worker.process.stdout.fileno()
+        while not select.select([fd], [], [], interval_s)[0]:
+            peak = max(peak, rss_bytes(pids))
+        self.worker.receive(timeout=600)
+        self.worker.freeze()
+        self.worker.request("result", "memory", 0)
+        return before, peak

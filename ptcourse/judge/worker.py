@@ -1,0 +1,260 @@
+"""The worker: the one process that runs a submission's code, inside the sandbox.
+
+It executes the notebook's cells one at a time in an IPython shell, as the judge sends them,
+and then answers the judge's calls on the names they defined. Requests arrive pickled from the
+judge (trusted, so unpickling them here is safe); every reply is written with ``torch.save``
+and read by the judge with ``torch.load(weights_only=True)``: tensors, numbers, strings and
+containers of them. Anything else (a function, a module, an iterator) stays here and travels as
+a reference, ``{"__ref__": id, "type": name}``, that the judge can call.
+
+Run as ``python -I -m ptcourse.judge.worker`` (isolated mode: the working folder is not on
+``sys.path``, so a file submitted beside the notebook cannot shadow a module).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import shutil
+import signal
+import struct
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+
+HEADER = struct.Struct("<Q")
+DATA = (torch.Tensor, int, float, complex, str, bytes, bool, type(None), torch.dtype, torch.Size)
+
+
+def read_exactly(stream: BinaryIO, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = stream.read(min(left, 1 << 20))
+        if not chunk:
+            raise EOFError("the other side closed the channel")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_message(stream: BinaryIO) -> bytes:
+    (size,) = HEADER.unpack(read_exactly(stream, HEADER.size))
+    return read_exactly(stream, size)
+
+
+def write_message(stream: BinaryIO, payload: bytes) -> None:
+    stream.write(HEADER.pack(len(payload)) + payload)
+    stream.flush()
+
+
+class Objects:
+    """What the judge holds references to, by id."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, Any] = {}
+
+    def keep(self, obj: Any) -> dict[str, Any]:
+        self.by_id[id(obj)] = obj
+        return {"__ref__": id(obj), "type": type(obj).__name__}
+
+    def encode(self, obj: Any) -> Any:
+        """Data as itself, containers of data recursively, everything else as a reference."""
+        if isinstance(obj, torch.Tensor):
+            return obj.detach().clone() if obj.requires_grad or obj.is_nested else obj.detach()
+        if isinstance(obj, DATA):
+            return obj
+        if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+            return type(obj)(self.encode(each) for each in obj)
+        if type(obj) is dict and all(isinstance(key, str) for key in obj):
+            return {key: self.encode(each) for key, each in obj.items()}
+        return self.keep(obj)
+
+
+class Requests(pickle.Unpickler):
+    """The judge's pickles, with its references resolved to the objects kept here."""
+
+    def __init__(self, payload: bytes, objects: Objects) -> None:
+        super().__init__(io.BytesIO(payload))
+        self.objects = objects
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self.objects.by_id[pid]
+
+
+def _shell() -> Any:
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.interactiveshell import InteractiveShell
+
+    class QuietHook(DisplayHook):
+        """Keeps the last expression's value (the cell's result) without printing it."""
+
+        def write_output_prompt(self) -> None:
+            pass
+
+        def write_format_data(self, format_dict: Any, md_dict: Any = None) -> None:
+            pass
+
+    class Shell(InteractiveShell):
+        displayhook_class = QuietHook
+
+        def _showtraceback(self, etype: Any, evalue: Any, stb: Any) -> None:
+            pass  # the judge gets the traceback as an error output instead
+
+    return Shell.instance()
+
+
+def _outputs(captured: Any, result: Any, count: int) -> list[dict[str, Any]]:
+    outputs: list[dict[str, Any]] = []
+    for name, text in (("stdout", captured.stdout), ("stderr", captured.stderr)):
+        if text:
+            outputs.append({"output_type": "stream", "name": name, "text": text})
+    for rich in captured.outputs:
+        outputs.append({"output_type": "display_data", "data": rich.data, "metadata": {}})
+    error = result.error_before_exec or result.error_in_exec
+    if error is not None:
+        lines = traceback.format_exception(type(error), error, error.__traceback__)
+        outputs.append(
+            {
+                "output_type": "error",
+                "ename": type(error).__name__,
+                "evalue": str(error),
+                "traceback": [line.rstrip("\n") for line in lines],
+            }
+        )
+    elif result.result is not None:
+        outputs.append(
+            {
+                "output_type": "execute_result",
+                "data": {"text/plain": repr(result.result)},
+                "metadata": {},
+                "execution_count": count,
+            }
+        )
+    return outputs
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.shell = _shell()
+        self.objects = Objects()
+        self.prepared: dict[str, tuple[Any, list[tuple[Any, ...]]]] = {}
+        self.results: dict[str, list[Any]] = {}
+
+    def cell(self, source: str, count: int) -> dict[str, Any]:
+        from IPython.utils.capture import capture_output
+
+        with capture_output() as captured:
+            result = self.shell.run_cell(source, store_history=True)
+        return {"outputs": _outputs(captured, result, count)}
+
+    def lookup(self, name: str) -> Any:
+        if name not in self.shell.user_ns:
+            raise NameError(f"name {name!r} is not defined in the notebook")
+        return self.objects.encode(self.shell.user_ns[name])
+
+    def call(self, target: Any, args: tuple, kwargs: dict, give_back: bool) -> Any:
+        value = target(*args, **kwargs)
+        changed = [_state(arg) for arg in args] if give_back else None
+        return {"value": self.objects.encode(value), "args": changed}
+
+    def attribute(self, target: Any, name: str) -> Any:
+        return self.objects.encode(getattr(target, name))
+
+    def next(self, target: Any) -> Any:
+        try:
+            return {"value": self.objects.encode(next(target)), "done": False}
+        except StopIteration:
+            return {"value": None, "done": True}
+
+    def prepare(self, key: str, target: Any, arg_sets: list[tuple], threads: int) -> None:
+        torch.set_num_threads(threads)
+        self.prepared[key] = (target, arg_sets)
+        self.results.pop(key, None)
+
+    def run(self, key: str) -> None:
+        target, arg_sets = self.prepared.pop(key)
+        self.results[key] = [target(*args) for args in arg_sets]
+
+    def result(self, key: str, index: int) -> Any:
+        return self.objects.encode(self.results.pop(key)[index])
+
+    def release_memory(self) -> None:
+        """Collect garbage and give freed heap back to the system before a memory reading."""
+        import gc
+
+        from ptcourse.core import measure
+
+        gc.collect()
+        measure.rss_follows_tensors()
+
+    def release(self, ref: int) -> None:
+        self.objects.by_id.pop(ref, None)
+
+
+def _state(arg: Any) -> Any:
+    """What a call may have changed in an argument the judge passed: a module's parameters,
+    buffers and gradients, an optimizer's state (the judge copies them back into its objects)."""
+    if isinstance(arg, torch.nn.Module):
+        grads = {name: p.grad for name, p in arg.named_parameters() if p.grad is not None}
+        return {"state": dict(arg.state_dict()), "grads": grads}
+    if isinstance(arg, torch.optim.Optimizer):
+        return {"optimizer": arg.state_dict()}
+    return None
+
+
+def _copy_submission() -> None:
+    """The submission's files into the private scratch folder (the working directory)."""
+    source = Path(os.environ.get("PTCOURSE_SUBMISSION", "/submission"))
+    for path in source.iterdir() if source.is_dir() else ():
+        target = Path.cwd() / path.name
+        if path.is_dir():
+            shutil.copytree(path, target, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(path, target)
+    for folder in ("HOME", "IPYTHONDIR", "TMPDIR", "MPLCONFIGDIR"):
+        Path(os.environ[folder]).mkdir(parents=True, exist_ok=True)
+
+
+def serve(requests: BinaryIO, replies: BinaryIO) -> None:
+    worker = Worker()
+    while True:
+        try:
+            payload = read_message(requests)
+        except EOFError:
+            return
+        try:
+            op, *args = Requests(payload, worker.objects).load()
+            reply = {"ok": True, "value": getattr(worker, op)(*args)}
+        except BaseException as error:  # noqa: BLE001 - every failure goes back to the judge
+            text = "".join(traceback.format_exception_only(type(error), error)).strip()
+            reply = {"ok": False, "error": text[-2000:]}
+        buffer = io.BytesIO()
+        try:
+            torch.save(reply, buffer)
+        except Exception as error:  # noqa: BLE001 - an unsavable value is the student's bug
+            buffer = io.BytesIO()
+            torch.save({"ok": False, "error": f"cannot send the value back: {error}"}, buffer)
+        write_message(replies, buffer.getvalue())
+
+
+def main() -> None:
+    # The channel to the judge moves off fds 0 and 1, so that anything the notebook prints at
+    # the C level cannot corrupt it; fds 1 and 2 then go to the judge's log of this worker.
+    requests = os.fdopen(os.dup(0), "rb", buffering=0)
+    replies = os.fdopen(os.dup(1), "wb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(2, 1)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    _copy_submission()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
+    serve(requests, replies)
+
+
+if __name__ == "__main__":
+    main()
