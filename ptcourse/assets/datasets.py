@@ -71,10 +71,14 @@ SPLIT_SEED = 12345
 # Paths and manifests
 
 
-def _root() -> Path:
+def data_root() -> Path:
+    """Where the datasets live (``PTCOURSE_DATA`` or the repository's ``datasets/``)."""
     # Read the variable at call time so tests and notebooks can redirect after import.
     env = os.environ.get("PTCOURSE_DATA")
     return Path(env) if env else ROOT
+
+
+_root = data_root
 
 
 def _size(smoke: bool | None) -> str:

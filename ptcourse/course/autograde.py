@@ -1,19 +1,25 @@
-"""Autograde collected submissions with nbgrader; scores, grades.csv and feedback.
+"""Autograde collected submissions: the judge scores, nbgrader keeps the books.
 
-nbgrader's autograde step runs as a subprocess per submission so that one student's crashing
-or hanging notebook can only cost that submission, never the grading run.
+Per submission: nbgrader's autograde, without executing anything, restores the locked and
+hidden test cells into a canonical copy; the judge (:mod:`ptcourse.judge.judge`, a fresh
+process) runs that copy cell by cell, the student's code in a sandboxed worker and the judged
+checks in itself; nbgrader's autograde then reads the judged copy's outputs into the gradebook,
+again without executing anything. Every step is a subprocess with a deadline, so one student's
+crashing or hanging notebook can only cost that submission, never the grading run.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ptcourse.assets.datasets import data_root
 from ptcourse.core.lineup import Lab
 from ptcourse.course.paths import BUILD, NBGRADER_DB, ROOT, course_labs
 from ptcourse.course.release import nbgrader_api, release
@@ -90,16 +96,56 @@ def _feedback(scores: list[Score], release_dir: Path) -> None:
                 s.detail = f"no feedback: {done['error'].strip().splitlines()[-1][:200]}"
 
 
+NO_EXECUTION = ("--Execute.enabled=False",)
+JUDGED_OUTPUTS = (*NO_EXECUTION, "--ClearOutput.enabled=False")
+
+
 def _autograde_one(the_lab: Lab, student: str, where: str, timeout_s: float) -> Score:
     release_dir = f"--CourseDirectory.release_directory={BUILD / 'nbgrader' / 'release'}"
-    args = [the_lab.name, "--student", student, "--force", where, release_dir]
+    args = [the_lab.name, "--student", student, "--force", release_dir]
+    name = f"{the_lab.name}.ipynb"
+    raw = Path(where.split("=", 1)[1]) / student / the_lab.name
+    judged = BUILD / "judge" / "submitted" / student / the_lab.name
     try:
-        done = _nbgrader("autograde", *args, timeout=timeout_s)
+        _step(_nbgrader("autograde", *args, where, *NO_EXECUTION, timeout=timeout_s))
+        canonical = BUILD / "nbgrader" / "autograded" / student / the_lab.name / name
+        judged.mkdir(parents=True, exist_ok=True)
+        for extra in raw.glob("timestamp.txt"):
+            shutil.copyfile(extra, judged / extra.name)
+        _step(_judge(the_lab, canonical, raw, judged / name, timeout_s))
+        judged_root = f"--CourseDirectory.submitted_directory={judged.parents[1]}"
+        _step(_nbgrader("autograde", *args, judged_root, *JUDGED_OUTPUTS, timeout=timeout_s))
     except subprocess.TimeoutExpired:
         return Score(student, the_lab.name, "failed", detail=f"grading exceeded {timeout_s:.0f} s")
-    if done.returncode != 0:
-        return Score(student, the_lab.name, "failed", detail=done.stderr.strip()[-500:])
+    except StepFailed as failed:
+        return Score(student, the_lab.name, "failed", detail=str(failed))
     return _scores_from_gradebook(the_lab, student)
+
+
+class StepFailed(RuntimeError):
+    pass
+
+
+def _step(done: subprocess.CompletedProcess[str]) -> None:
+    if done.returncode != 0:
+        raise StepFailed(done.stderr.strip()[-500:])
+
+
+def _judge(
+    the_lab: Lab, canonical: Path, submission: Path, out: Path, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """One fresh judge process: BUILD and the submissions folder are hidden from the worker."""
+    scratch = BUILD / "judge" / "scratch" / out.parent.parent.name / the_lab.name
+    shutil.rmtree(scratch, ignore_errors=True)
+    hidden = os.pathsep.join(map(str, (BUILD, submission.parents[1])))
+    readable = os.pathsep.join(
+        str(Path(p).resolve()) for p in (ROOT, sys.prefix, sys.base_prefix, data_root())
+    )
+    command = [sys.executable, "-m", "ptcourse.judge.judge", the_lab.number, str(canonical)]
+    command += [str(submission), str(scratch), str(out), hidden, readable]
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
 
 
 def write_grades_csv(scores: list[Score], path: Path) -> Path:

@@ -83,6 +83,33 @@ def check_close(
         raise CheckFailed(f"{what}: max abs difference {diff:.3g} exceeds atol={atol}, rtol={rtol}")
 
 
+def timed(
+    answer: Callable[..., Any],
+    make_args: Callable[[], tuple],
+    verify: Callable[[tuple, Any], None] | None = None,
+) -> Callable[[], Any]:
+    """What a speed or memory check runs: ``answer(*make_args())``.
+
+    In a notebook the inputs are drawn once. When the answer lives in the judge's worker
+    (:class:`ptcourse.judge.remote.Remote`), every timed call gets fresh inputs the submission
+    has not seen, the judge's clock times it, and ``verify(args, output)`` checks one output
+    per block (so a memoised or skipped computation loses its time advantage).
+    """
+    remote = getattr(type(answer), "timed", None)
+    if remote is not None:
+        return remote(answer, make_args, verify)
+    args = make_args()
+    return lambda: answer(*args)
+
+
+def beside(answer: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(answer, *args)`` in the process where ``answer`` lives: here, or in the judge's
+    worker (``fn`` must then be a module-level function; what it returns is what the worker
+    reports, so a check uses it for diagnostics such as which kernels ran, never for time)."""
+    remote = getattr(type(answer), "beside", None)
+    return remote(answer, fn, *args) if remote is not None else fn(answer, *args)
+
+
 def _credit(value: float, goal: float, floor: float, higher_is_better: bool) -> float:
     if higher_is_better:
         span = (value - floor) / (goal - floor)

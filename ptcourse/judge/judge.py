@@ -130,9 +130,9 @@ class Judge:
         self.log.append(f"worker restarted; replayed {len(self.replay)} cells")
 
     def judge_cell(self, call: HiddenCall) -> list[dict[str, Any]]:
-        from ptcourse.labs import fresh
+        from ptcourse.labs import module as lab_module
 
-        module = fresh(call.lab)
+        module = lab_module(call.lab)  # no student code runs here: nothing to reload
         printed = io.StringIO()
         try:
             answers = [self.worker.request("lookup", name) for name in call.names]
@@ -162,10 +162,10 @@ def judge_notebook(
 ) -> nbformat.NotebookNode:
     """Run ``notebook`` (nbgrader's canonical copy, hidden tests included) cell by cell: the
     worker executes the submission's cells, the judge its judged checks. Returns it with outputs."""
-    from ptcourse.labs import fresh
+    from ptcourse.labs import module
 
     the_lab = lab(key)
-    judged = set(getattr(fresh(key), "JUDGED", ()))
+    judged = set(getattr(module(key), "JUDGED", ()))
     missing = sandbox.unavailable()
     env = {k: v for k, v in os.environ.items() if k.startswith(("PTCOURSE_", "OMP_", "MKL_"))}
     env.pop("PTCOURSE_RESULTS", None)

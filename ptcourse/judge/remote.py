@@ -286,8 +286,14 @@ class Remote:
             raise StopIteration
         return step["value"]
 
-    def timed(self, make_args: Callable[[], tuple], verify: Callable[..., None] | None = None):
+    def timed(
+        self, make_args: Callable[[], tuple], verify: Callable[..., None] | None = None
+    ) -> RemoteCall:
         return RemoteCall(self, make_args, verify)
+
+    def beside(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(self, *args)`` run in the worker (``fn`` travels by its module and name)."""
+        return self.worker.request("call", fn, (self, *args), {}, False)["value"]
 
 
 _ITER = iter  # pickled by reference: builtins.iter, resolved in the worker
@@ -349,6 +355,7 @@ class RemoteCall(TimedElsewhere):
         while not select.select([fd], [], [], interval_s)[0]:
             peak = max(peak, rss_bytes(pids))
         self.worker.receive(timeout=600)
+        peak = max(peak, rss_bytes(pids))  # the output is still alive in the worker
         self.worker.freeze()
         self.worker.request("result", "memory", 0)
         return before, peak

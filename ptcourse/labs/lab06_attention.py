@@ -382,6 +382,8 @@ def backend_table(
 # Speed: interleaved pairs, 1 thread, batch 1, length 1024, head dim 64, 12 heads (8 in smoke).
 # Memory: sampled RSS with glibc thresholds pinned (measure.rss_follows_tensors), batch 1,
 # 4 heads, length 4096 (2048 in smoke): naive keeps two score matrices alive, SDPA its output.
+# The checks the judge runs outside the student's process (the rest run in the sandboxed worker).
+JUDGED = ("naive", "sdpa", "speed", "memory")
 MEASURE = "tools/measure/lab06_attention.py"
 LAB06_CUDA = "NOT measured (no GPU when this lab was written)"
 TARGETS: tuple[Target, ...] = (
@@ -421,7 +423,7 @@ def _check_cases(answer: Attention, name: str, *, fused: bool, points: float) ->
         mask = key_padding_mask(problem.batch, problem.length, generator=gen) if masked else None
         with captured_stderr():
             out = answer(q, k, v, mask)
-            seen = trace(answer, q, k, v, mask)
+            seen = checks.beside(answer, trace, q, k, v, mask)
         atol, rtol = TOLERANCE[dtype]
         what = f"{name}, {problem}, {dtype}, {'padding mask' if masked else 'no mask'}"
         checks.check_close(out, reference(q, k, v, mask), atol=atol, rtol=rtol, what=what)
@@ -431,6 +433,17 @@ def _check_cases(answer: Attention, name: str, *, fused: bool, points: float) ->
             raise checks.CheckFailed(f"{what}: {name} called {seen.fused_kernels}")
     print(f"{name} matches the float64 reference in all {len(CASES)} cases")
     return float(points)
+
+
+def fresh_inputs(problem: Problem, device: str) -> Callable[[], tuple[Tensor, Tensor, Tensor]]:
+    """q, k, v from the secret seed, new ones at every call (what the judge times)."""
+    gen = checks.secret_generator()
+    return lambda: qkv(problem, device=device, generator=gen)
+
+
+def _verify(args: tuple[Tensor, ...], out: Tensor) -> None:
+    atol, rtol = TOLERANCE[torch.float32]
+    checks.check_close(out, baseline_attention(*args), atol=atol, rtol=rtol, what="timed output")
 
 
 def check_naive(attention_naive: Attention, *, points: float) -> float:
@@ -456,9 +469,8 @@ def check_speed(attention_sdpa: Attention, *, points: float) -> float:
     checks.check_close(got, want, atol=atol, rtol=rtol, what=f"attention_sdpa, {problem}")
     del got, want
     print(f"timing {problem}")
-    return checks.speedup(
-        goal, lambda: baseline_attention(q, k, v), lambda: attention_sdpa(q, k, v), points=points
-    )
+    candidate = checks.timed(attention_sdpa, fresh_inputs(problem, goal.track.device), _verify)
+    return checks.speedup(goal, lambda: baseline_attention(q, k, v), candidate, points=points)
 
 
 def check_memory(attention_sdpa: Attention, *, points: float) -> float:
@@ -471,6 +483,5 @@ def check_memory(attention_sdpa: Attention, *, points: float) -> float:
     with captured_stderr():
         attention_sdpa(q, k, v), baseline_attention(q, k, v)  # warm-up
     print(f"peak memory {problem}; one score matrix {problem.score_bytes() / 2**20:.0f} MB")
-    return checks.memory(
-        goal, lambda: baseline_attention(q, k, v), lambda: attention_sdpa(q, k, v), points=points
-    )
+    candidate = checks.timed(attention_sdpa, fresh_inputs(problem, goal.track.device))
+    return checks.memory(goal, lambda: baseline_attention(q, k, v), candidate, points=points)
