@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,8 +103,21 @@ def _signal_all(pids: list[int], signum: int) -> None:
 
 
 class Pickler(pickle.Pickler):
+    """The judge's requests: a :class:`Remote`, or an object mirrored in the worker, travels as
+    a reference to the worker's object."""
+
+    def __init__(self, file: io.BytesIO, mirrors: dict[int, tuple[Any, int]]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.mirrors = mirrors
+
     def persistent_id(self, obj: Any) -> Any:
-        return obj.ref if isinstance(obj, Remote) else None
+        if isinstance(obj, Remote):
+            return obj.ref
+        mirrored = self.mirrors.get(id(obj))
+        return mirrored[1] if mirrored is not None and mirrored[0] is obj else None
+
+
+MIRRORED = (torch.nn.Module, torch.optim.Optimizer)
 
 
 @dataclass
@@ -119,6 +133,7 @@ class WorkerProcess:
     sandboxed: bool = True
     process: subprocess.Popen | None = None
     frozen: bool = False
+    mirrors: dict[int, tuple[Any, int]] = field(default_factory=dict)
 
     def start(self) -> WorkerProcess:
         argv = [sys.executable, "-I", "-m", "ptcourse.judge.worker"]
@@ -151,7 +166,15 @@ class WorkerProcess:
         )
         log.close()
         self.frozen = False
+        self.mirrors = {}
         return self
+
+    def mirror(self, obj: Any) -> None:
+        """Send a module or optimizer once; later requests pass the worker's copy, the one that
+        runs, and calls copy its state back into ``obj``."""
+        if id(obj) not in self.mirrors:
+            remote = self.request("keep", obj)
+            self.mirrors[id(obj)] = (obj, remote.ref)
 
     @property
     def pids(self) -> list[int]:
@@ -190,7 +213,7 @@ class WorkerProcess:
             raise WorkerGone("the worker is not running")
         self.thaw()
         buffer = io.BytesIO()
-        Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump((op, *args))
+        Pickler(buffer, self.mirrors).dump((op, *args))
         payload = buffer.getvalue()
         try:
             self.process.stdin.write(HEADER.pack(len(payload)) + payload)
@@ -205,7 +228,9 @@ class WorkerProcess:
             (size,) = HEADER.unpack(self._read(HEADER.size, deadline))
             if size > MAX_REPLY_BYTES:
                 raise WorkerGone(f"a reply of {size} bytes (more than {MAX_REPLY_BYTES})")
-            reply = torch.load(io.BytesIO(self._read(size, deadline)), weights_only=True)
+            with warnings.catch_warnings():  # sparse gradients: invariant-check notices
+                warnings.simplefilter("ignore")
+                reply = torch.load(io.BytesIO(self._read(size, deadline)), weights_only=True)
         except WorkerGone:
             self.kill()
             raise
@@ -257,8 +282,10 @@ def _python_of(pid: int) -> bool:
 
 class Remote:
     """Something the submission defined, living in its worker: call it, read its attributes,
-    iterate it. Arguments travel pickled; modules and optimizers passed in come back updated
-    (their parameters, buffers, gradients and state), as if the call had been local."""
+    iterate it. Arguments travel pickled; a module or optimizer passed in is mirrored: sent
+    once, the worker's copy is the one later calls use, and after each call its parameters,
+    buffers, gradients and state are copied back into the judge's object (its structure is not:
+    a check reads structure through :func:`ptcourse.grading.checks.beside`)."""
 
     def __init__(self, worker: WorkerProcess, ref: int, type_name: str) -> None:
         self.worker, self.ref, self.type_name = worker, ref, type_name
@@ -267,6 +294,9 @@ class Remote:
         return f"<submission's {self.type_name} (in the sandboxed worker)>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for arg in args:
+            if isinstance(arg, MIRRORED):
+                self.worker.mirror(arg)
         reply = self.worker.request("call", self, args, kwargs, True)
         for arg, state in zip(args, reply["args"] or (), strict=False):
             _apply_state(arg, state)

@@ -161,6 +161,9 @@ class Worker:
         changed = [_state(arg) for arg in args] if give_back else None
         return {"value": self.objects.encode(value), "args": changed}
 
+    def keep(self, obj: Any) -> Any:
+        return self.objects.keep(obj)
+
     def attribute(self, target: Any, name: str) -> Any:
         return self.objects.encode(getattr(target, name))
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -447,6 +448,10 @@ def _dense_grads(model: nn.Module) -> list[Tensor]:
     return grads
 
 
+def _sparse_gradient(weight: Tensor) -> bool:
+    return weight.grad is not None and weight.grad.is_sparse
+
+
 def same_training(
     setup: Setup, step: Step, seed: int, size: Sizes | None = None, steps: int = 2
 ) -> SameTraining:
@@ -473,7 +478,7 @@ def same_training(
         expected_loss=want_loss,
         grad_error=numerics.relative_error(grads, want_grads),
         update_error=numerics.relative_error(delta, want_delta),
-        embedding_sparse=bool(getattr(model.embedding, "sparse", False)),
+        embedding_sparse=_sparse_gradient(model.embedding.weight),
     )
 
 
@@ -578,6 +583,8 @@ def gpu_busy(prof: profile, wall_ms: float) -> GpuBusy:
 # machine (load average 4-15 on 2 cores; the slow step 150-850 ms instead of ~106 ms). Earlier
 # the same day the same hidden-test code ran 12 full + 12 smoke times on a 2-core AMD EPYC VM
 # with AVX2 and no AVX-512 (1 thread, other core loaded): quoted as "the AVX2 VM".
+# The checks the judge runs outside the student's process.
+JUDGED = ("diagnosis", "fix_correct", "fix_speed")
 MEASURE = "tools/measure/lab09_profiling.py"
 LAB09_PROFILE = "grader's diagnose(seed), 5 steps (1 wait, 1 warm-up, 3 active), 1 thread"
 TARGETS: tuple[Target, ...] = (
@@ -596,6 +603,8 @@ TARGETS: tuple[Target, ...] = (
            "runner-up's shape (the same table) and stage 'optimizer': 0.5 in 26/26 runs; "
            "unanswered: 0",
            f"{ZEN4_VM}; {LAB09_PROFILE}", "2026-12-03", MEASURE),
+    # Graded relative to the machine (checks.relative_speedup): full credit at the floor + 70%
+    # of what reference_step reaches in the same run, never above this target.
     # reference_step (sparse embedding + vectorised hashing + one fp32 loss) vs baseline_step,
     # measure.compare interleaved. Partial fixes, full size, two runs each, load average ~5:
     # sparse only 8.4-9.6x, sparse + loss 15.4-16.4x, sparse + hashing 10.6-10.7x, hashing +
@@ -649,15 +658,30 @@ def check_fix_correct(fast_setup: Setup, fast_step: Step, *, points: float) -> f
 
 
 def check_fix_speed(fast_setup: Setup, fast_step: Step, *, points: float) -> float:
-    """The fixed step's speedup over the grader's own slow step, after checking it still trains
-    the same way (one step)."""
+    """The fixed step's speedup over the grader's own slow step, relative to what the reference
+    fix reaches on this machine in the same run, after checking it still trains the same way."""
     goal = targets.goal(TARGETS, "fixed_step")
     seed = checks.secret_seed()
     with captured_stderr():
         same = same_training(fast_setup, fast_step, seed, steps=1)
         baseline = trainer(baseline_setup, baseline_step, seed=seed)
-        candidate = trainer(fast_setup, fast_step, seed=seed)
-        candidate()
+        reference = trainer(reference_setup, reference_step, seed=seed)
+        fixed = trainer(fast_setup, fast_step, seed=seed)
+        fixed()
     if not same.ok:
         raise checks.CheckFailed(f"the fixed step must train like the slow one: {same.summary()}")
-    return checks.speedup(goal, baseline, candidate, points=points)
+    candidate = checks.timed(fast_step, _fresh_batches(fixed, seed), _plausible_loss)
+    return checks.relative_speedup(goal, baseline, reference, candidate, points=points)
+
+
+def _fresh_batches(run: Trainer, seed: int) -> Callable[[], tuple[Any, ...]]:
+    """The trainer's model and optimizer with a new batch at every call (what the judge times)."""
+    size, gen = sizes(), torch.Generator().manual_seed(seed + 1)
+    return lambda: (run.model, run.opt, *next(batches(size.batch, size.length, gen)))
+
+
+def _plausible_loss(args: tuple[Any, ...], loss: Any) -> None:
+    """A timed step's loss: a finite cross-entropy, not skipped work (None) or a constant."""
+    value = float(loss) if loss is not None else math.nan
+    if not (math.isfinite(value) and 0.0 < value < 20.0):
+        raise checks.CheckFailed(f"a timed step returned the loss {loss!r}: not a training step")

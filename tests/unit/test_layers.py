@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "ptcourse"
-LAYERS = ("core", "assets", "grading", "labs", "course")  # lowest first
+LAYERS = ("core", "assets", "grading", "labs", "judge", "course")  # lowest first
 
 
 def layer_of(module: str) -> str | None:

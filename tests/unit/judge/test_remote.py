@@ -1,0 +1,136 @@
+"""The judge's channel to the worker: only data comes back, the judge's clock times the worker,
+extra threads cost their CPU time, a frozen worker uses nothing, a hung one is killed."""
+
+import time
+
+import pytest
+import torch
+from conftest import run
+
+from ptcourse.judge.remote import Remote, WorkerError, WorkerGone, cpu_seconds
+
+SQUARE = "import torch\ndef square(x):\n    return x * x\n"
+
+
+def test_data_comes_back_as_data_and_functions_as_references(make_worker):
+    worker = make_worker()
+    run(worker, SQUARE + "table = {'a': torch.ones(2), 'b': [1, 2.5, 'x', None]}")
+    assert worker.request("lookup", "table")["b"] == [1, 2.5, "x", None]
+    square = worker.request("lookup", "square")
+    assert isinstance(square, Remote)
+    assert torch.equal(square(torch.arange(3)), torch.tensor([0, 1, 4]))
+
+
+def test_objects_that_would_run_code_in_the_judge_never_leave_the_worker(make_worker):
+    worker = make_worker()
+    run(
+        worker,
+        "import torch\n"
+        "class Evil:\n"
+        "    def __reduce__(self):\n"
+        "        return (print, ('pwned',))\n"
+        "evil = Evil()\n"
+        "mixed = [torch.zeros(1), Evil()]",
+    )
+    assert isinstance(worker.request("lookup", "evil"), Remote)
+    assert isinstance(worker.request("lookup", "mixed")[1], Remote)
+
+
+def test_a_raising_answer_is_the_submissions_error(make_worker):
+    worker = make_worker()
+    run(worker, "def broken(x):\n    raise ValueError('nope')")
+    with pytest.raises(WorkerError, match="nope"):
+        worker.request("lookup", "broken")(1)
+    with pytest.raises(WorkerError, match="not defined"):
+        worker.request("lookup", "missing")
+
+
+def test_modules_passed_in_are_mirrored_and_updated(make_worker):
+    worker = make_worker()
+    run(
+        worker,
+        "import torch\n"
+        "def step(model, opt, x):\n"
+        "    opt.zero_grad()\n"
+        "    model(x).sum().backward()\n"
+        "    opt.step()\n"
+        "    return 1.5\n"
+        "def setup(model):\n"
+        "    return torch.optim.SGD(model.parameters(), lr=0.1)",
+    )
+    step, setup = worker.request("lookup", "step"), worker.request("lookup", "setup")
+    model = torch.nn.Linear(3, 1)
+    before = model.weight.detach().clone()
+    opt = setup(model)
+    x = torch.ones(2, 3)
+    assert step(model, opt, x) == 1.5 and step(model, opt, x) == 1.5
+    assert torch.allclose(model.weight, before - 2 * 0.1 * 2 * torch.ones(1, 3))
+    assert torch.allclose(model.weight.grad, 2 * torch.ones(1, 3))
+
+
+def test_the_judge_times_the_call_and_checks_an_output(make_worker):
+    worker = make_worker()
+    run(worker, SQUARE + "def lazy(x):\n    return x")
+    checked = []
+
+    def verify(args, out):
+        checked.append(True)
+        if not torch.equal(out, args[0] * args[0]):
+            raise AssertionError("wrong output")
+
+    timed = worker.request("lookup", "square").timed(lambda: (torch.randn(100),), verify)
+    assert timed.time_block(5) > 0 and checked == [True]
+    with pytest.raises(AssertionError, match="wrong output"):
+        worker.request("lookup", "lazy").timed(lambda: (torch.randn(100),), verify).time_block(5)
+
+
+def test_threads_the_judge_did_not_grant_are_charged_their_cpu_time(make_worker):
+    worker = make_worker()
+    run(
+        worker,
+        "import threading, time, torch\n"
+        "def spin(seconds):\n"
+        "    a, end = torch.randn(300, 300), time.perf_counter() + seconds\n"
+        "    while time.perf_counter() < end:\n"
+        "        a @ a  # releases the GIL: two threads really run at once\n"
+        "def two_threads(seconds):\n"
+        "    helper = threading.Thread(target=spin, args=(seconds,))\n"
+        "    helper.start(); spin(seconds); helper.join()\n",
+    )
+    timed = worker.request("lookup", "two_threads").timed(lambda: (0.2,))
+    timed.time_block(1)
+    before = cpu_seconds(worker.pids)
+    per_call = timed.time_block(1)
+    used = cpu_seconds(worker.pids) - before  # ~0.4 s with a free core, ~0.2 s without
+    assert per_call >= 0.9 * used and per_call >= 0.2, (per_call, used)
+
+
+def test_a_frozen_worker_uses_no_cpu(make_worker):
+    worker = make_worker()
+    run(
+        worker,
+        "import threading\n"
+        "def forever():\n"
+        "    while True:\n"
+        "        pass\n"
+        "threading.Thread(target=forever, daemon=True).start()",
+    )
+    worker.freeze()
+    before = cpu_seconds(worker.pids)
+    time.sleep(0.3)
+    assert cpu_seconds(worker.pids) - before < 0.01
+    worker.thaw()
+    time.sleep(0.3)
+    assert cpu_seconds(worker.pids) - before > 0.1
+
+
+def test_a_hung_call_kills_the_worker_within_the_deadline(make_worker):
+    worker = make_worker()
+    run(
+        worker,
+        "import signal\ndef hang():\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True: pass",
+    )
+    start = time.monotonic()
+    with pytest.raises(WorkerGone):
+        worker.request("call", worker.request("lookup", "hang"), (), {}, False, timeout=1.0)
+    assert time.monotonic() - start < 5 and worker.process is None
