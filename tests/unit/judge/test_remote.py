@@ -128,7 +128,11 @@ def test_a_hung_call_kills_the_worker_within_the_deadline(make_worker):
     worker = make_worker()
     run(
         worker,
-        "import signal\ndef hang():\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True: pass",
+        "import signal\n"
+        "def hang():\n"
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "    while True:\n"
+        "        pass",
     )
     start = time.monotonic()
     with pytest.raises(WorkerGone):

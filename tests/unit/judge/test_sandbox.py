@@ -3,6 +3,7 @@ network and the machine's resources (bubblewrap; skipped where it cannot run).""
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from conftest import error, printed, readable, run
@@ -78,7 +79,7 @@ def test_every_process_dies_with_the_sandbox(make_worker):
     worker.kill()
     time.sleep(0.5)
     alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
-    states = [open(f"/proc/{pid}/stat").read().split()[2] for pid in alive]
+    states = [Path(f"/proc/{pid}/stat").read_text().split()[2] for pid in alive]
     assert all(state == "Z" for state in states), (alive, states)
 
 
