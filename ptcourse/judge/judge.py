@@ -89,6 +89,8 @@ def _result(points: float) -> dict[str, Any]:
 
 @dataclass
 class Judge:
+    """Runs cells in the worker (restarting it when a cell kills or hangs it) and checks here."""
+
     lab: Lab
     worker: WorkerProcess
     cell_timeout: float
@@ -145,6 +147,9 @@ class Judge:
         except WorkerGone as gone:
             self.restart()
             return [_stream(printed.getvalue()), _error("SubmissionError", str(gone))]
+        except Exception as error:  # noqa: BLE001 - e.g. an answer of the wrong kind
+            message = f"the check could not use the answer: {type(error).__name__}: {error}"
+            return [_stream(printed.getvalue()), _error("CheckFailed", message)]
         finally:
             self.worker.freeze()
         return [_stream(printed.getvalue()), _result(points)]
@@ -162,42 +167,78 @@ def judge_notebook(
 ) -> nbformat.NotebookNode:
     """Run ``notebook`` (nbgrader's canonical copy, hidden tests included) cell by cell: the
     worker executes the submission's cells, the judge its judged checks. Returns it with outputs."""
-    from ptcourse.labs import module
-
-    the_lab = lab(key)
-    judged = set(getattr(module(key), "JUDGED", ()))
     missing = sandbox.unavailable()
     env = {k: v for k, v in os.environ.items() if k.startswith(("PTCOURSE_", "OMP_", "MKL_"))}
     env.pop("PTCOURSE_RESULTS", None)
-    env["PTCOURSE_IN_WORKER"] = "1"
     worker = WorkerProcess(
-        submission, scratch, env, readable, hidden, sandboxed=missing is None
-    ).start()
-    judge = Judge(the_lab, worker, cell_timeout)
+        submission, scratch, env, readable, hidden, sandbox.limits_from_env(), missing is None
+    )
+    judge = Judge(lab(key), worker.start(), cell_timeout)
     nb = nbformat.read(notebook, as_version=4)
+    plan = Plan.of(key, nb)
     try:
         for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code":
-                continue
-            call = hidden_call(cell.source) if _is_test(cell) else None
-            started = time.monotonic()
-            if call and call.check.removeprefix("check_") in judged:
-                cell.outputs = judge.judge_cell(call)
-                mark = "judged outside the notebook's process"
-            else:
-                cell.outputs = judge.run_cell(index, cell.source)
-                mark = "in the notebook's process" if call else ""
-            if mark and missing:
-                cell.outputs.insert(0, _stream(f"{UNSANDBOXED}: {missing}\n"))
-            cell.metadata["ptcourse"] = {
-                "graded": mark,
-                "sandboxed": missing is None,
-                "seconds": round(time.monotonic() - started, 2),
-            }
+            if cell.cell_type == "code":
+                started = time.monotonic()
+                cell.outputs, mark = plan.grade(judge, index, cell)
+                if mark and missing:
+                    cell.outputs.insert(0, _stream(f"{UNSANDBOXED}: {missing}\n"))
+                cell.metadata["ptcourse"] = {
+                    "graded": mark,
+                    "sandboxed": missing is None,
+                    "seconds": round(time.monotonic() - started, 2),
+                }
     finally:
         worker.kill()
     nb.metadata["ptcourse"] = {"judge_log": judge.log, "sandbox": missing or "bubblewrap"}
     return nb
+
+
+@dataclass
+class Plan:
+    """Who grades which cell: ``JUDGED`` checks run in the judge; a quick-test cell listed in
+    ``VOUCHED`` runs in the worker (its feedback) and keeps its points only if the judge's
+    check of the same answer passes; everything else runs in the worker."""
+
+    calls: dict[str, HiddenCall]
+    judged: set[str]
+    vouched: dict[str, str]
+    verdicts: dict[str, list[Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, key: str, nb: nbformat.NotebookNode) -> Plan:
+        from ptcourse.labs import module
+
+        lab_module = module(key)
+        found = [hidden_call(cell.source) for cell in nb.cells if _is_test(cell)]
+        calls = {call.check.removeprefix("check_"): call for call in found if call}
+        judged = set(getattr(lab_module, "JUDGED", ()))
+        return cls(calls, judged, dict(getattr(lab_module, "VOUCHED", {})))
+
+    def verdict(self, judge: Judge, check: str) -> list[Any]:
+        if check not in self.verdicts:
+            self.verdicts[check] = judge.judge_cell(self.calls[check])
+        return self.verdicts[check]
+
+    def grade(self, judge: Judge, index: int, cell: Any) -> tuple[list[Any], str]:
+        call = hidden_call(cell.source) if _is_test(cell) else None
+        check = call.check.removeprefix("check_") if call else None
+        if check in self.judged:
+            return self.verdict(judge, check), "judged outside the notebook's process"
+        outputs = judge.run_cell(index, cell.source)
+        voucher = self.vouched.get(cell.metadata.get("nbgrader", {}).get("grade_id", ""))
+        if voucher in self.judged and voucher in self.calls:
+            # The cell's own verdict (its value, its errors) stays feedback: nbgrader reads the
+            # first error or value it finds, so only the judge's line may carry one.
+            feedback = [o for o in outputs if o.output_type in ("stream", "display_data")]
+            failed = [o for o in outputs if o.output_type == "error"]
+            passed = not any(o.output_type == "error" for o in self.verdict(judge, voucher))
+            note = f"the judge's check of the same answer ({voucher}) "
+            if passed and not failed:
+                return [*feedback, _stream(note + "passed\n")], "vouched for by the judge"
+            why = f"{failed[0].ename}: {failed[0].evalue}" if failed else note + "failed"
+            return [*feedback, _error("CheckFailed", why)], "vouched for by the judge"
+        return outputs, "in the notebook's process" if call else ""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,12 +28,19 @@ HIDDEN = ("/home", "/root", "/run", "/var/tmp", "/mnt", "/media")
 class Limits:
     """What one submission may use: address space, CPU time, open files, file size, disk."""
 
-    memory_bytes: int = 16 * 2**30
+    memory_bytes: int = 12 * 2**30
     cpu_seconds: int = 3600
     open_files: int = 1024
     file_bytes: int = 2 * 2**30
     scratch_bytes: int = 2 * 2**30
     shm_bytes: int = 2 * 2**30
+
+
+def limits_from_env() -> Limits:
+    """The default limits, with ``PTCOURSE_MEMORY_LIMIT_GB`` and ``PTCOURSE_CPU_LIMIT_S``."""
+    memory = float(os.environ.get("PTCOURSE_MEMORY_LIMIT_GB", "12"))
+    cpu = int(os.environ.get("PTCOURSE_CPU_LIMIT_S", "3600"))
+    return Limits(memory_bytes=int(memory * 2**30), cpu_seconds=cpu)
 
 
 def unavailable() -> str | None:

@@ -63,9 +63,9 @@ class Objects:
 
     def encode(self, obj: Any) -> Any:
         """Data as itself, containers of data recursively, everything else as a reference."""
-        if isinstance(obj, torch.Tensor):
-            return obj.detach().clone() if obj.requires_grad or obj.is_nested else obj.detach()
-        if isinstance(obj, DATA):
+        if isinstance(obj, torch.Tensor):  # a plain tensor, whatever subclass it was
+            return obj.detach().as_subclass(torch.Tensor)
+        if type(obj) in DATA:  # exact types: a subclass could redefine what equality means
             return obj
         if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
             return type(obj)(self.encode(each) for each in obj)

@@ -26,6 +26,13 @@ narrative helpers
     ``CheckFailed`` at zero). ``answer``
     is what the student wrote (a function, a class, a model…), passed positionally.
 
+``JUDGED`` and ``VOUCHED`` (optional)
+    the check ids the judge (:mod:`ptcourse.judge`) runs in its own process, with the answers
+    as references into the sandboxed worker, and the quick-test cells (grade id → check id)
+    whose points that check must vouch for. A check runs unchanged in a notebook and in the
+    judge when it calls answers with data, times them through ``checks.timed`` and reads
+    what ran through ``checks.beside``. Checks not listed run in the sandboxed worker.
+
 A hidden test cell is then a few lines with no logic::
 
     ### BEGIN HIDDEN TESTS

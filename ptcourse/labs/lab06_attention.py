@@ -383,6 +383,8 @@ def backend_table(
 # Memory: sampled RSS with glibc thresholds pinned (measure.rss_follows_tensors), batch 1,
 # 4 heads, length 4096 (2048 in smoke): naive keeps two score matrices alive, SDPA its output.
 # The checks the judge runs outside the student's process (the rest run in the sandboxed worker).
+# Quick-test cells whose points the judge's check of the same answer must vouch for.
+VOUCHED = {"test_naive_visible": "naive", "test_sdpa_visible": "sdpa"}
 JUDGED = ("naive", "sdpa", "speed", "memory")
 MEASURE = "tools/measure/lab06_attention.py"
 LAB06_CUDA = "NOT measured (no GPU when this lab was written)"

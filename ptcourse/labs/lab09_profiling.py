@@ -584,6 +584,8 @@ def gpu_busy(prof: profile, wall_ms: float) -> GpuBusy:
 # the same day the same hidden-test code ran 12 full + 12 smoke times on a 2-core AMD EPYC VM
 # with AVX2 and no AVX-512 (1 thread, other core loaded): quoted as "the AVX2 VM".
 # The checks the judge runs outside the student's process.
+# Quick-test cells whose points the judge's check of the same answer must vouch for.
+VOUCHED = {"test_diagnosis_visible": "diagnosis", "test_fix_visible": "fix_correct"}
 JUDGED = ("diagnosis", "fix_correct", "fix_speed")
 MEASURE = "tools/measure/lab09_profiling.py"
 LAB09_PROFILE = "grader's diagnose(seed), 5 steps (1 wait, 1 warm-up, 3 active), 1 thread"

@@ -1,0 +1,186 @@
+"""The project's own cheating submissions, one per class of attack, and honest variations.
+
+Each attack is a base submission — "blank" (the student version), "baseline" (the lab's
+baseline pasted into every exercise) or "reference" (the solution) — plus cells inserted at
+the start (after the locked setup) or at the end (after the last exercise, before the first
+hidden test), plus files handed in beside the notebook. An attack must earn, cell by cell, no
+more than its base earns in the same grading run; an honest variation exactly what its base
+earns. ``in_slice`` marks the ones CI runs (``PTCOURSE_ADVERSARIAL=all`` runs every one).
+"""
+
+from dataclasses import dataclass, field
+
+MARKER = "ptcourse-adversary-8d1f"  # in the command line of every process an attack leaves
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    lab: str
+    base: str
+    start: tuple[str, ...] = ()
+    end: tuple[str, ...] = ()
+    files: dict[str, str] = field(default_factory=dict)
+    honest: bool = False
+    in_slice: bool = False
+
+
+REWRITE_LATER_CELLS = """
+def _full_marks(lines):
+    text = "".join(lines)
+    return ["3.0\\n"] if "fresh(" in text or "Quick tests" in text else lines
+
+get_ipython().input_transformers_cleanup.append(_full_marks)
+"""
+
+PATCH_GRADERS = """
+import importlib, ptcourse.labs, ptcourse.grading.checks as checks
+checks.score = lambda goal, value, *, points, **kw: points
+checks.check_close = lambda *args, **kwargs: None
+importlib.reload = lambda module: module
+
+class _Anything:
+    def __getattr__(self, name):
+        return lambda *args, points=0, **kwargs: float(points)
+
+ptcourse.labs.fresh = lambda key: _Anything()
+for path in (checks.__file__, ptcourse.labs.__file__):
+    try:
+        with open(path, "a") as f:
+            f.write("\\n# rewritten by a submission\\n")
+    except OSError as error:
+        print("could not rewrite", path, error)
+"""
+
+PATCH_CLOCKS = """
+import time, timeit
+_real = time.perf_counter
+time.perf_counter = lambda: _real() * 0.001
+time.monotonic = time.perf_counter
+timeit.default_timer = time.perf_counter
+"""
+
+SABOTAGE_BASELINE = """
+import time
+import ptcourse.assets.models as models
+import ptcourse.labs.lab06_attention as lab
+_naive = lab.baseline_attention
+
+def _slow(*args, **kwargs):
+    time.sleep(0.05)
+    return _naive(*args, **kwargs)
+
+lab.baseline_attention = _slow
+models.naive_attention = _slow
+"""
+
+BUSY_NEIGHBOURS = f'''
+import subprocess, sys, threading
+subprocess.Popen(
+    [sys.executable, "-c", "while True: pass", "{MARKER}"],
+    start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+)
+
+def _spin():
+    while True:
+        pass
+
+threading.Thread(target=_spin, daemon=True).start()
+'''
+
+MEMOISE = """
+_uncached = attention_sdpa
+_cache = {}
+
+def attention_sdpa(q, k, v, mask=None):
+    key = (tuple(q.shape), float(q.flatten()[:64].sum()), mask is None)
+    if key not in _cache:
+        _cache[key] = _uncached(q, k, v, mask)
+    return _cache[key]
+"""
+
+EXTRA_THREADS = """
+_one_thread = attention_sdpa
+
+def attention_sdpa(q, k, v, mask=None):
+    torch.set_num_threads(2)
+    return _one_thread(q, k, v, mask)
+"""
+
+SEED_AND_TRACK = """
+import os
+import ptcourse.core.hardware as hardware
+os.environ["PTCOURSE_SECRET_SEED"] = "0"
+os.environ["PTCOURSE_SMOKE"] = "1"
+hardware.track_for = lambda *args, **kwargs: None
+"""
+
+FILL_DISK = """
+import os
+try:
+    with open("ballast", "wb") as f:
+        while True:
+            f.write(b"0" * 2**24)
+except OSError as error:
+    print("disk full:", error)
+"""
+
+FILL_MEMORY = """
+ballast = []
+try:
+    while True:
+        ballast.append(bytearray(2**28))
+except MemoryError:
+    print("memory full after", len(ballast) / 4, "GiB")
+"""
+
+IGNORE_INTERRUPTS = """
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+while True:
+    pass
+"""
+
+EQUALS_EVERYTHING = """
+class _Equal(str):
+    def __eq__(self, other):
+        return True
+    __hash__ = str.__hash__
+    def lower(self):
+        return self
+
+DOMINANT_OP, DOMINANT_SHAPE, DOMINANT_STAGE = _Equal("x"), _Equal("y"), _Equal("z")
+"""
+
+HONEST_NOISE = """
+import sys, warnings
+print("a note of my own on stderr", file=sys.stderr)
+warnings.warn("a warning from my own cell")
+_quiet = attention_sdpa
+
+def attention_sdpa(q, k, v, mask=None):
+    warnings.warn("correct, but chatty")
+    return _quiet(q, k, v, mask)
+"""
+
+ATTACKS = (
+    Attack("rewrite_later_cells", "06", "blank", start=(REWRITE_LATER_CELLS,), in_slice=True),
+    Attack("patch_graders_and_files", "06", "blank", start=(PATCH_GRADERS,), in_slice=True),
+    Attack("patch_clocks", "06", "baseline", start=(PATCH_CLOCKS,)),
+    Attack("sabotage_baseline", "06", "baseline", start=(SABOTAGE_BASELINE,)),
+    Attack("busy_neighbours", "06", "baseline", start=(BUSY_NEIGHBOURS,), in_slice=True),
+    Attack("memoise_inputs", "06", "baseline", end=(MEMOISE,)),
+    Attack("extra_threads", "06", "baseline", end=(EXTRA_THREADS,), in_slice=True),
+    Attack(
+        "files_beside_notebook",
+        "06",
+        "blank",
+        files={"ptcourse.py": "raise SystemExit('shadowed')", "torch.py": "raise SystemExit"},
+    ),
+    Attack("seed_and_track", "06", "blank", start=(SEED_AND_TRACK,)),
+    Attack("fill_disk", "06", "blank", start=(FILL_DISK,)),
+    Attack("fill_memory", "06", "blank", start=(FILL_MEMORY,)),
+    Attack("ignore_interrupts", "06", "reference", start=(IGNORE_INTERRUPTS,), honest=True),
+    Attack("equals_everything", "09", "blank", end=(EQUALS_EVERYTHING,)),
+    Attack("honest_noise", "06", "reference", end=(HONEST_NOISE,), honest=True, in_slice=True),
+)
