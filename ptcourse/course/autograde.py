@@ -13,9 +13,12 @@ from __future__ import annotations
 import csv
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -66,22 +69,47 @@ def _scores_from_gradebook(the_lab: Lab, student: str) -> Score:
         )
 
 
+def core_plan(cores: list[int], lanes: int) -> list[list[int]]:
+    """Split ``cores`` into ``lanes`` disjoint groups, one per lane (each at least one core)."""
+    lanes = max(1, min(lanes, len(cores)))
+    share = len(cores) // lanes
+    return [cores[i * share : (i + 1) * share] for i in range(lanes)]
+
+
 def autograde(
-    submissions: Path, keys: list[str] | tuple[str, ...] = (), timeout_s: float = 3600
+    submissions: Path,
+    keys: list[str] | tuple[str, ...] = (),
+    timeout_s: float = 3600,
+    lanes: int = 1,
 ) -> list[Score]:
-    """Autograde ``submissions/<student>/<lab>/<lab>.ipynb`` for each lab and student."""
+    """Autograde ``submissions/<student>/<lab>/<lab>.ipynb`` for each lab and student.
+
+    ``lanes`` > 1 judges that many submissions at once, each lane's judge and worker pinned to
+    its own cores (:func:`core_plan`); nbgrader's bookkeeping steps take turns.
+    """
     submissions = submissions.resolve()
     students = sorted(p.name for p in submissions.iterdir() if p.is_dir())
     private_release = BUILD / "nbgrader" / "release"
     release(keys, release_dir=private_release)  # registers each lab in the gradebook
     where = f"--CourseDirectory.submitted_directory={submissions}"
-    scores = []
-    for each in course_labs(keys):
-        for student in students:
-            if not (submissions / student / each.name / f"{each.name}.ipynb").exists():
-                scores.append(Score(student, each.name, "missing"))
-                continue
-            scores.append(_autograde_one(each, student, where, timeout_s))
+    jobs = [(each, student) for each in course_labs(keys) for student in students]
+    plan = core_plan(sorted(os.sched_getaffinity(0)), lanes)
+    free: queue.Queue[list[int]] = queue.Queue()
+    for cores in plan:
+        free.put(cores)
+
+    def grade(job: tuple[Lab, str]) -> Score:
+        each, student = job
+        if not (submissions / student / each.name / f"{each.name}.ipynb").exists():
+            return Score(student, each.name, "missing")
+        cores = free.get()
+        try:
+            return _autograde_one(each, student, where, timeout_s, cores if lanes > 1 else None)
+        finally:
+            free.put(cores)
+
+    with ThreadPoolExecutor(max_workers=len(plan)) as pool:
+        scores = list(pool.map(grade, jobs))
     _feedback(scores, private_release)
     return scores
 
@@ -100,21 +128,28 @@ NO_EXECUTION = ("--Execute.enabled=False",)
 JUDGED_OUTPUTS = (*NO_EXECUTION, "--ClearOutput.enabled=False")
 
 
-def _autograde_one(the_lab: Lab, student: str, where: str, timeout_s: float) -> Score:
+BOOKS = threading.Lock()  # nbgrader's gradebook is one sqlite file: its steps take turns
+
+
+def _autograde_one(
+    the_lab: Lab, student: str, where: str, timeout_s: float, cores: list[int] | None = None
+) -> Score:
     release_dir = f"--CourseDirectory.release_directory={BUILD / 'nbgrader' / 'release'}"
     args = [the_lab.name, "--student", student, "--force", release_dir]
     name = f"{the_lab.name}.ipynb"
     raw = Path(where.split("=", 1)[1]) / student / the_lab.name
     judged = BUILD / "judge" / "submitted" / student / the_lab.name
     try:
-        _step(_nbgrader("autograde", *args, where, *NO_EXECUTION, timeout=timeout_s))
+        with BOOKS:
+            _step(_nbgrader("autograde", *args, where, *NO_EXECUTION, timeout=timeout_s))
         canonical = BUILD / "nbgrader" / "autograded" / student / the_lab.name / name
         judged.mkdir(parents=True, exist_ok=True)
         for extra in raw.glob("timestamp.txt"):
             shutil.copyfile(extra, judged / extra.name)
-        _step(_judge(the_lab, canonical, raw, judged / name, timeout_s))
+        _step(_judge(the_lab, canonical, raw, judged / name, timeout_s, cores))
         judged_root = f"--CourseDirectory.submitted_directory={judged.parents[1]}"
-        _step(_nbgrader("autograde", *args, judged_root, *JUDGED_OUTPUTS, timeout=timeout_s))
+        with BOOKS:
+            _step(_nbgrader("autograde", *args, judged_root, *JUDGED_OUTPUTS, timeout=timeout_s))
     except subprocess.TimeoutExpired:
         return Score(student, the_lab.name, "failed", detail=f"grading exceeded {timeout_s:.0f} s")
     except StepFailed as failed:
@@ -132,9 +167,15 @@ def _step(done: subprocess.CompletedProcess[str]) -> None:
 
 
 def _judge(
-    the_lab: Lab, canonical: Path, submission: Path, out: Path, timeout_s: float
+    the_lab: Lab,
+    canonical: Path,
+    submission: Path,
+    out: Path,
+    timeout_s: float,
+    cores: list[int] | None,
 ) -> subprocess.CompletedProcess[str]:
-    """One fresh judge process: BUILD and the submissions folder are hidden from the worker."""
+    """One fresh judge process (pinned to ``cores``, which its worker inherits): BUILD and the
+    submissions folder are hidden from the worker."""
     scratch = BUILD / "judge" / "scratch" / out.parent.parent.name / the_lab.name
     shutil.rmtree(scratch, ignore_errors=True)
     hidden = os.pathsep.join(map(str, (BUILD, submission.parents[1])))
@@ -143,6 +184,8 @@ def _judge(
     )
     command = [sys.executable, "-m", "ptcourse.judge.judge", the_lab.number, str(canonical)]
     command += [str(submission), str(scratch), str(out), hidden, readable]
+    if cores:
+        command = ["taskset", "--cpu-list", ",".join(map(str, cores)), *command]
     return subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
     )

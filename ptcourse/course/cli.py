@@ -66,7 +66,7 @@ def _grade(args: argparse.Namespace) -> int:
     if not submissions.is_dir():
         print(f"no such folder: {submissions}", file=sys.stderr)
         return 2
-    scores = autograde.autograde(submissions, args.labs, timeout_s=args.timeout)
+    scores = autograde.autograde(submissions, args.labs, timeout_s=args.timeout, lanes=args.lanes)
     print(autograde.score_table(scores))
     csv_path = autograde.write_grades_csv(scores, paths.BUILD / "grades" / "grades.csv")
     autograde.write_grades_json(scores, csv_path.with_suffix(".json"))
@@ -127,6 +127,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("labs", nargs="*", metavar="LAB", help="labs to grade (all)")
     p.add_argument(
         "--timeout", type=float, default=3600, help="seconds allowed per submission (3600)"
+    )
+    p.add_argument(
+        "--lanes",
+        type=int,
+        default=1,
+        help="submissions judged at once, each on its own cores (1; at most one per core)",
     )
     p.set_defaults(func=_grade)
 

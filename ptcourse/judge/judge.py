@@ -75,6 +75,14 @@ def _notebook_outputs(outputs: Any) -> list[Any]:
     return [nbformat.from_dict(each) for each in outputs if isinstance(each, dict)]
 
 
+def _stderr_as_feedback(output: Any) -> Any:
+    """stderr in a test cell (a warning from correct code) is shown, not scored: nbgrader would
+    give the cell 0 for it."""
+    if output.output_type == "stream" and output.name == "stderr":
+        return _stream("".join(f"[stderr] {line}\n" for line in output.text.splitlines()))
+    return output
+
+
 def _stream(text: str, name: str = "stdout") -> dict[str, Any]:
     return nbformat.v4.new_output("stream", name=name, text=text)
 
@@ -226,6 +234,8 @@ class Plan:
         if check in self.judged:
             return self.verdict(judge, check), "judged outside the notebook's process"
         outputs = judge.run_cell(index, cell.source)
+        if _is_test(cell):
+            outputs = [_stderr_as_feedback(o) for o in outputs]
         voucher = self.vouched.get(cell.metadata.get("nbgrader", {}).get("grade_id", ""))
         if voucher in self.judged and voucher in self.calls:
             # The cell's own verdict (its value, its errors) stays feedback: nbgrader reads the
