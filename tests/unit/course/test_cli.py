@@ -40,3 +40,15 @@ def test_data_builds_and_verifies_smoke_datasets(tmp_path):
 
 def test_grade_rejects_missing_folder(tmp_path):
     assert ptcourse("grade", str(tmp_path / "nope")).returncode == 2
+
+
+def test_lanes_get_disjoint_cores():
+    from ptcourse.course.autograde import core_plan
+
+    assert core_plan(list(range(8)), 4) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert core_plan([0, 1], 2) == [[0], [1]]
+    assert core_plan([0, 1], 5) == [[0], [1]]  # never more lanes than cores
+    assert core_plan([3], 1) == [[3]]
+    plan = core_plan(list(range(16)), 3)
+    assert all(len(cores) == 5 for cores in plan)
+    assert len({c for cores in plan for c in cores}) == 15

@@ -1,0 +1,85 @@
+"""The judge's reading of a notebook: which cell asks for which check, who grades each cell."""
+
+import nbformat
+import pytest
+
+from ptcourse.judge.judge import HiddenCall, Plan, hidden_call
+from ptcourse.labs import all_targets, module, written
+
+
+def test_a_hidden_cell_names_its_check_its_answers_and_points():
+    source = (
+        "# visible part\nassert True\n### BEGIN HIDDEN TESTS\n"
+        "from ptcourse.labs import fresh\n\n"
+        'fresh("09").check_diagnosis(DOMINANT_OP, DOMINANT_SHAPE, DOMINANT_STAGE, points=3)\n'
+        "### END HIDDEN TESTS\n"
+    )
+    assert hidden_call(source) == HiddenCall(
+        "09", "check_diagnosis", ("DOMINANT_OP", "DOMINANT_SHAPE", "DOMINANT_STAGE"), 3.0
+    )
+    assert hidden_call("fresh('06').check_speed(x, points=3)") is None  # not in a hidden block
+
+
+@pytest.mark.parametrize("lab_module", written(), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_judged_and_vouched_checks_exist(lab_module):
+    checks = {name.removeprefix("check_") for name in dir(lab_module) if name.startswith("check_")}
+    judged = set(getattr(lab_module, "JUDGED", ()))
+    assert judged <= checks
+    assert set(getattr(lab_module, "VOUCHED", {}).values()) <= judged
+
+
+def _cell(grade_id, source, solution=False, grade=True):
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["nbgrader"] = {"grade_id": grade_id, "grade": grade, "solution": solution}
+    return cell
+
+
+class FakeJudge:
+    def __init__(self, verdict_error: bool, cell_outputs):
+        self.checked, self.verdict_error, self.cell_outputs = [], verdict_error, cell_outputs
+
+    def judge_cell(self, call):
+        self.checked.append(call.check)
+        if self.verdict_error:
+            return [nbformat.v4.new_output("error", ename="CheckFailed", evalue="no", traceback=[])]
+        return [nbformat.v4.new_output("execute_result", data={"text/plain": "2.0"})]
+
+    def run_cell(self, index, source):
+        return [nbformat.from_dict(o) for o in self.cell_outputs]
+
+
+def _plan():
+    hidden = (
+        "### BEGIN HIDDEN TESTS\nfrom ptcourse.labs import fresh\n"
+        'fresh("06").check_naive(attention_naive, points=2)\n### END HIDDEN TESTS'
+    )
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [_cell("test_naive_visible", "assert True"), _cell("test_naive_hidden", hidden)]
+    return Plan.of("06", nb), nb
+
+
+CHEAT = [{"output_type": "execute_result", "data": {"text/plain": "3.0"}, "metadata": {}}]
+NOISY = [{"output_type": "stream", "name": "stderr", "text": "UserWarning: chatty"}]
+
+
+def test_a_judged_check_runs_once_and_vouches_for_its_quick_test():
+    plan, nb = _plan()
+    judge = FakeJudge(verdict_error=False, cell_outputs=NOISY)
+    visible, _ = plan.grade(judge, 0, nb.cells[0])
+    hidden, mark = plan.grade(judge, 1, nb.cells[1])
+    assert judge.checked == ["check_naive"] and "judged" in mark
+    assert hidden[0].output_type == "execute_result"
+    # stderr from correct code is shown, not scored; no error, so nbgrader gives full points
+    assert [o.output_type for o in visible] == ["stream", "stream"]
+    assert all(o.name == "stdout" for o in visible) and "[stderr]" in visible[0].text
+
+
+def test_a_quick_test_made_to_pass_in_the_notebook_needs_the_judges_pass():
+    plan, nb = _plan()
+    visible, _ = plan.grade(FakeJudge(verdict_error=True, cell_outputs=CHEAT), 0, nb.cells[0])
+    assert [o.output_type for o in visible] == ["error"]  # the cell's own "3.0" is dropped
+
+
+def test_the_lab_contract_lists_judged_labs_targets():
+    assert {row.lab for row in all_targets()} >= {"06", "09"}
+    assert module("06").JUDGED and module("09").JUDGED
