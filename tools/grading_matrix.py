@@ -10,7 +10,7 @@ baseline copy 0 on every speed check, the blank notebook 0.
     python tools/grading_matrix.py                       # every configuration, every lab
     python tools/grading_matrix.py --labs 03,08 --configs avx2-machine,native
 
-Writes ``build/matrix/matrix.md`` (the table) and ``matrix.json``; exits 1 if a verdict is wrong.
+Writes ``build/matrix/matrix.md`` (``PTCOURSE_BUILD`` moves it) (the table) and ``matrix.json``; exits 1 if a verdict is wrong.
 """
 
 from __future__ import annotations
@@ -109,7 +109,9 @@ def main() -> int:
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names")
     args = parser.parse_args()
     keys = [k for k in args.labs.split(",") if k]
-    out = ROOT / "build" / "matrix"
+    from ptcourse.course.paths import BUILD
+
+    out = BUILD / "matrix"
     out.mkdir(parents=True, exist_ok=True)
     submissions = out / "submissions"
     shutil.rmtree(submissions, ignore_errors=True)
