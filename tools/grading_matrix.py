@@ -10,7 +10,8 @@ baseline copy 0 on every speed check, the blank notebook 0.
     python tools/grading_matrix.py                       # every configuration, every lab
     python tools/grading_matrix.py --labs 03,08 --configs avx2-machine,native
 
-Writes ``build/matrix/matrix.md`` (``PTCOURSE_BUILD`` moves it) (the table) and ``matrix.json``; exits 1 if a verdict is wrong.
+Writes the table to ``build/matrix/matrix.md`` and ``matrix.json`` (``PTCOURSE_BUILD`` moves
+them); exits 1 if a verdict is wrong.
 """
 
 from __future__ import annotations
