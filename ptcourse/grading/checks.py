@@ -87,17 +87,21 @@ def timed(
     answer: Callable[..., Any],
     make_args: Callable[[], tuple],
     verify: Callable[[tuple, Any], None] | None = None,
+    *,
+    inference: bool = False,
 ) -> Callable[[], Any]:
     """What a speed or memory check runs: ``answer(*make_args())``.
 
     In a notebook the inputs are drawn once. When the answer lives in the judge's worker
     (:class:`ptcourse.judge.remote.Remote`), every timed call gets fresh inputs the submission
     has not seen, the judge's clock times it, and ``verify(args, output)`` checks one output
-    per block (so a memoised or skipped computation loses its time advantage).
+    per block (so a memoised or skipped computation loses its time advantage); ``inference``
+    runs the worker's calls under ``torch.inference_mode`` (the caller's own mode cannot reach
+    another process).
     """
     remote = getattr(type(answer), "timed", None)
     if remote is not None:
-        return remote(answer, make_args, verify)
+        return remote(answer, make_args, verify, inference=inference)
     args = make_args()
     return lambda: answer(*args)
 

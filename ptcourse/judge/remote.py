@@ -317,9 +317,13 @@ class Remote:
         return step["value"]
 
     def timed(
-        self, make_args: Callable[[], tuple], verify: Callable[..., None] | None = None
+        self,
+        make_args: Callable[[], tuple],
+        verify: Callable[..., None] | None = None,
+        *,
+        inference: bool = False,
     ) -> RemoteCall:
-        return RemoteCall(self, make_args, verify)
+        return RemoteCall(self, make_args, verify, inference)
 
     def beside(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(self, *args)`` run in the worker (``fn`` travels by its module and name)."""
@@ -348,11 +352,19 @@ class RemoteCall(TimedElsewhere):
     per block is checked with ``verify(args, output)`` (raising when wrong)."""
 
     def __init__(
-        self, target: Remote, make_args: Callable[[], tuple], verify: Callable[..., None] | None
+        self,
+        target: Remote,
+        make_args: Callable[[], tuple],
+        verify: Callable[..., None] | None,
+        inference: bool = False,
     ) -> None:
         self.target, self.make_args, self.verify = target, make_args, verify
-        self.worker = target.worker
+        self.worker, self.inference = target.worker, inference
         self.threads = 1
+
+    def _prepare(self, key: str, arg_sets: list[tuple]) -> None:
+        options = (self.threads, self.inference)
+        self.worker.request("prepare", key, self.target, arg_sets, *options)
 
     def __call__(self) -> Any:
         return self.target(*self.make_args())
@@ -360,7 +372,7 @@ class RemoteCall(TimedElsewhere):
     def time_block(self, calls: int) -> float:
         """Seconds per call over ``calls`` calls on fresh inputs: max(wall, CPU of the sandbox)."""
         arg_sets = [self.make_args() for _ in range(calls)]
-        self.worker.request("prepare", "timed", self.target, arg_sets, self.threads)
+        self._prepare("timed", arg_sets)
         pids = self.worker.pids
         cpu_before = cpu_seconds(pids)
         start = time.perf_counter()
@@ -377,7 +389,7 @@ class RemoteCall(TimedElsewhere):
         """(RSS before, peak RSS) of the sandbox's processes during one call on fresh inputs."""
         args = self.make_args()
         self.worker.request("release_memory")
-        self.worker.request("prepare", "memory", self.target, [args], self.threads)
+        self._prepare("memory", [args])
         pids = self.worker.pids
         before = peak = rss_bytes(pids)
         self.worker.send("run", "memory")

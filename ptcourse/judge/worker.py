@@ -141,7 +141,7 @@ class Worker:
     def __init__(self) -> None:
         self.shell = _shell()
         self.objects = Objects()
-        self.prepared: dict[str, tuple[Any, list[tuple[Any, ...]]]] = {}
+        self.prepared: dict[str, tuple[Any, list[tuple[Any, ...]], bool]] = {}
         self.results: dict[str, list[Any]] = {}
 
     def cell(self, source: str, count: int) -> dict[str, Any]:
@@ -173,14 +173,17 @@ class Worker:
         except StopIteration:
             return {"value": None, "done": True}
 
-    def prepare(self, key: str, target: Any, arg_sets: list[tuple], threads: int) -> None:
+    def prepare(
+        self, key: str, target: Any, arg_sets: list[tuple], threads: int, inference: bool
+    ) -> None:
         torch.set_num_threads(threads)
-        self.prepared[key] = (target, arg_sets)
+        self.prepared[key] = (target, arg_sets, inference)
         self.results.pop(key, None)
 
     def run(self, key: str) -> None:
-        target, arg_sets = self.prepared.pop(key)
-        self.results[key] = [target(*args) for args in arg_sets]
+        target, arg_sets, inference = self.prepared.pop(key)
+        with torch.inference_mode(inference):
+            self.results[key] = [target(*args) for args in arg_sets]
 
     def result(self, key: str, index: int) -> Any:
         return self.objects.encode(self.results.pop(key)[index])

@@ -339,6 +339,12 @@ def _same_weights(model: nn.Module, weights: dict[str, Tensor]) -> bool:
     )
 
 
+# The checks the judge runs outside the student's process, and the quick tests they vouch for.
+# The Linear layers' size is read in the worker (checks.beside): see docs/grading.md.
+JUDGED = ("torchao", "fast_size", "fast_speed")
+VOUCHED = {"test_torchao_visible": "torchao", "test_fast_visible": "fast_speed"}
+
+
 def check_torchao(torchao_int8: Quantizer, *, points: float) -> float:
     """The quantized copy keeps the float model untouched and its logits within 10% of the
     largest fp32 logit (on ``slow_batch`` random headlines); credit for how many times smaller
@@ -358,7 +364,8 @@ def check_torchao(torchao_int8: Quantizer, *, points: float) -> float:
     checks.check_close(got.float(), want, atol=0.1 * want.abs().max().item(), rtol=0.0,
                        what="logits of the torchao model")  # fmt: skip
     goal = targets.goal(TARGETS, "torchao_size")
-    return checks.value(goal, lambda: size_ratio(float_model, quantized), points=points)
+    ratio = checks.beside(quantized, size_ratio_of, float_model)
+    return checks.value(goal, lambda: ratio, points=points)
 
 
 def check_fast_size(fast_int8: Quantizer, *, points: float) -> float:
@@ -367,7 +374,8 @@ def check_fast_size(fast_int8: Quantizer, *, points: float) -> float:
     with captured_stderr():
         quantized = fast_int8(baseline_classifier())
     goal = targets.goal(TARGETS, "fast_size")
-    return checks.value(goal, lambda: size_ratio(float_model, quantized), points=points)
+    ratio = checks.beside(quantized, size_ratio_of, float_model)
+    return checks.value(goal, lambda: ratio, points=points)
 
 
 ACCURACY_SHARE = 0.25  # of check_fast_speed's points; the rest is for the speedup
@@ -388,15 +396,36 @@ def check_fast_speed(fast_int8: Quantizer, *, points: float) -> float:
         lambda: reference - accuracy_points(quantized, split.x_test, split.y_test),
         points=points * ACCURACY_SHARE,
     )
-    tokens = text.random_tokens(
-        size.batch, size.length, size.vocab, min_length=size.min_tokens,
-        lowest_id=size.first_id, generator=checks.secret_generator(),
-    )  # fmt: skip
+    fresh = fresh_tokens(size.batch)
+    (tokens,) = fresh()
+
+    def verify(args: tuple[Tensor], logits: Tensor) -> None:
+        want = float_model(*args)
+        checks.check_close(logits.float(), want, atol=0.1 * want.abs().max().item(), rtol=0.0,
+                           what="logits of a timed call")  # fmt: skip
+
+    candidate = checks.timed(quantized, fresh, verify, inference=True)
     with torch.inference_mode():
         speed = checks.speedup(
             targets.goal(TARGETS, "fast_speedup"),
             lambda: float_model(tokens),
-            lambda: quantized(tokens),
+            candidate,
             points=points * (1 - ACCURACY_SHARE),
         )
     return accuracy + speed
+
+
+def fresh_tokens(batch: int) -> Callable[[], tuple[Tensor]]:
+    """Random headlines from the secret seed, new ones at every call (what the judge times)."""
+    size, gen = sizes(), checks.secret_generator()
+    return lambda: (
+        text.random_tokens(
+            batch, size.length, size.vocab, min_length=size.min_tokens,
+            lowest_id=size.first_id, generator=gen,
+        ),
+    )  # fmt: skip
+
+
+def size_ratio_of(quantized: nn.Module, float_model: nn.Module) -> float:
+    """:func:`size_ratio` with the quantized model first (what ``checks.beside`` calls)."""
+    return size_ratio(float_model, quantized)
