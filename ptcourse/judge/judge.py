@@ -232,7 +232,19 @@ class Plan:
         call = hidden_call(cell.source) if _is_test(cell) else None
         check = call.check.removeprefix("check_") if call else None
         if check in self.judged:
-            return self.verdict(judge, check), "judged outside the notebook's process"
+            # The cell's visible part runs first, in the worker: it is feedback, and it may
+            # define what the check grades (Lab 07 exports its median model there). Its error
+            # zeroes the cell, as it would in a notebook.
+            mark = "judged outside the notebook's process"
+            feedback: list[Any] = []
+            visible = cell.source.split(BEGIN, 1)[0]
+            if visible.strip():
+                ran = [_stderr_as_feedback(o) for o in judge.run_cell(index, visible)]
+                feedback = [o for o in ran if o.output_type in ("stream", "display_data")]
+                failed = [o for o in ran if o.output_type == "error"]
+                if failed:
+                    return [*feedback, failed[0]], mark
+            return [*feedback, *self.verdict(judge, check)], mark
         outputs = judge.run_cell(index, cell.source)
         if _is_test(cell):
             outputs = [_stderr_as_feedback(o) for o in outputs]
