@@ -28,7 +28,7 @@ import nbformat
 from ptcourse.core.lineup import Lab, lab
 from ptcourse.grading.checks import CheckFailed
 from ptcourse.judge import sandbox
-from ptcourse.judge.remote import WorkerError, WorkerGone, WorkerProcess
+from ptcourse.judge.remote import WorkerError, WorkerGone, WorkerLate, WorkerProcess
 
 BEGIN, END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 UNSANDBOXED = "UNSANDBOXED (no bubblewrap here: student code could reach the whole machine)"
@@ -117,11 +117,10 @@ class Judge:
     def _in_worker(self, index: int, source: str) -> list[dict[str, Any]]:
         self.worker.send("cell", source, index)
         try:
-            return _notebook_outputs(self.worker.receive(self.cell_timeout)["outputs"])
-        except WorkerGone:
-            if self.worker.process is None:
-                raise
-        self.worker.interrupt()  # past its time: KeyboardInterrupt, then a grace period
+            reply = self.worker.receive(self.cell_timeout, keep_if_late=True)
+            return _notebook_outputs(reply["outputs"])
+        except WorkerLate:
+            self.worker.interrupt()  # past its time: KeyboardInterrupt, then a grace period
         try:
             outputs = _notebook_outputs(self.worker.receive(GRACE_S)["outputs"])
         except WorkerGone as gone:

@@ -33,6 +33,7 @@ from ptcourse.judge import sandbox
 from ptcourse.judge.worker import HEADER
 
 MAX_REPLY_BYTES = 2**30
+STARTUP_S = 180.0  # importing torch and IPython on a loaded machine
 
 
 class WorkerError(RuntimeError):
@@ -41,6 +42,10 @@ class WorkerError(RuntimeError):
 
 class WorkerGone(RuntimeError):
     """The worker died, hung past its deadline or broke the protocol; it has been killed."""
+
+
+class WorkerLate(WorkerGone):
+    """No reply began before the deadline; the worker was left running (``keep_if_late``)."""
 
 
 def _children() -> dict[int, list[int]]:
@@ -167,6 +172,7 @@ class WorkerProcess:
         log.close()
         self.frozen = False
         self.mirrors = {}
+        self.request("ping", timeout=STARTUP_S)  # cell deadlines start once it is ready
         return self
 
     def mirror(self, obj: Any) -> None:
@@ -222,8 +228,13 @@ class WorkerProcess:
             self.kill()
             raise WorkerGone(f"the worker closed its channel ({error})") from error
 
-    def receive(self, timeout: float) -> Any:
+    def receive(self, timeout: float, keep_if_late: bool = False) -> Any:
+        """The next reply; a worker that sends none within ``timeout`` is killed, unless
+        ``keep_if_late`` (then :class:`WorkerLate` is raised and the caller may interrupt it)."""
         deadline = time.monotonic() + timeout
+        fd = self.process.stdout.fileno() if self.process else -1
+        if keep_if_late and fd >= 0 and not select.select([fd], [], [], timeout)[0]:
+            raise WorkerLate(f"no reply within {timeout:g} s")
         try:
             (size,) = HEADER.unpack(self._read(HEADER.size, deadline))
             if size > MAX_REPLY_BYTES:

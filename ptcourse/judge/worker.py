@@ -151,6 +151,9 @@ class Worker:
             result = self.shell.run_cell(source, store_history=True)
         return {"outputs": _outputs(captured, result, count)}
 
+    def ping(self) -> bool:
+        return True
+
     def lookup(self, name: str) -> Any:
         if name not in self.shell.user_ns:
             raise NameError(f"name {name!r} is not defined in the notebook")

@@ -83,3 +83,28 @@ def test_a_quick_test_made_to_pass_in_the_notebook_needs_the_judges_pass():
 def test_the_lab_contract_lists_judged_labs_targets():
     assert {row.lab for row in all_targets()} >= {"06", "09"}
     assert module("06").JUDGED and module("09").JUDGED
+
+
+def test_a_cell_past_its_time_is_interrupted_and_the_worker_keeps_its_state(make_worker):
+    from ptcourse.core.lineup import lab
+    from ptcourse.judge.judge import Judge
+
+    judge = Judge(lab("06"), make_worker(), cell_timeout=2.0)
+    judge.run_cell(0, "kept = 41")
+    outputs = judge.run_cell(1, "while True:\n    pass")
+    assert [o.output_type for o in outputs][-2:] == ["error", "error"]  # KeyboardInterrupt, note
+    assert "ran past 2 s" in outputs[-1].evalue
+    assert judge.run_cell(2, "print(kept + 1)")[0].text == "42\n" and not judge.log
+
+
+def test_a_cell_that_ignores_interrupts_costs_only_itself(make_worker):
+    from ptcourse.core.lineup import lab
+    from ptcourse.judge.judge import Judge
+
+    judge = Judge(lab("06"), make_worker(), cell_timeout=1.0)
+    judge.run_cell(0, "kept = 41")
+    stuck = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
+    outputs = judge.run_cell(1, stuck)
+    assert "ignored interrupts" in outputs[-1].evalue
+    assert judge.run_cell(2, "print(kept + 1)")[0].text == "42\n"  # replayed on a fresh worker
+    assert judge.log == ["worker restarted; replayed 1 cells"]
