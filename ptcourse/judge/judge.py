@@ -33,6 +33,9 @@ from ptcourse.judge.remote import WorkerError, WorkerGone, WorkerLate, WorkerPro
 BEGIN, END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 UNSANDBOXED = "UNSANDBOXED (no bubblewrap here: student code could reach the whole machine)"
 GRACE_S = 10.0
+# What the worker inherits: the course's switches and what decides which kernels run, so that
+# the worker and the judge (its baseline, its reference) see the same CPU.
+WORKER_ENV = ("PTCOURSE_", "ATEN_", "ONEDNN_", "DNNL_", "OMP_", "MKL_", "KMP_", "CUDA_")
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,7 @@ def judge_notebook(
     """Run ``notebook`` (nbgrader's canonical copy, hidden tests included) cell by cell: the
     worker executes the submission's cells, the judge its judged checks. Returns it with outputs."""
     missing = sandbox.unavailable()
-    env = {k: v for k, v in os.environ.items() if k.startswith(("PTCOURSE_", "OMP_", "MKL_"))}
+    env = {k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV)}
     env.pop("PTCOURSE_RESULTS", None)
     worker = WorkerProcess(
         submission, scratch, env, readable, hidden, sandbox.limits_from_env(), missing is None
