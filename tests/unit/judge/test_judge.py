@@ -108,3 +108,31 @@ def test_a_cell_that_ignores_interrupts_costs_only_itself(make_worker):
     assert "ignored interrupts" in outputs[-1].evalue
     assert judge.run_cell(2, "print(kept + 1)")[0].text == "42\n"  # replayed on a fresh worker
     assert judge.log == ["worker restarted; replayed 1 cells"]
+
+
+def test_the_worker_sees_the_cpu_the_judge_sees(tmp_path, monkeypatch):
+    """ATEN_CPU_CAPABILITY and friends reach the worker: otherwise a candidate would run other
+    kernels than the baseline and reference timed beside it."""
+    from conftest import readable
+
+    from ptcourse.judge.judge import judge_notebook
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    nb = nbformat.v4.new_notebook()
+    code = "import os, torch\n"
+    code += "print(torch.backends.cpu.get_cpu_capability(), os.environ['ONEDNN_MAX_CPU_ISA'])"
+    nb.cells = [nbformat.v4.new_code_cell(code)]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "language": "python",
+        "display_name": "Python 3",
+    }
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    (tmp_path / "submission").mkdir()
+    out = judge_notebook(
+        "06", path, tmp_path / "submission", tmp_path / "scratch",
+        cell_timeout=120, hidden=[], readable=readable(),
+    )  # fmt: skip
+    assert out.cells[0].outputs[-1].text == "DEFAULT AVX2\n"
