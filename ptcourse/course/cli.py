@@ -13,8 +13,11 @@ from ptcourse.core import smoke
 
 def _doctor(args: argparse.Namespace) -> int:
     from ptcourse.core import hardware
+    from ptcourse.judge import sandbox
 
     print(hardware.doctor_report())
+    missing = sandbox.unavailable()
+    print(f"  {'grading sandbox':<16}{'bubblewrap' if not missing else 'none: ' + missing}")
     return 0
 
 
