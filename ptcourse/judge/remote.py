@@ -139,6 +139,7 @@ class WorkerProcess:
     process: subprocess.Popen | None = None
     frozen: bool = False
     mirrors: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    cap: Path | None = None
 
     def start(self) -> WorkerProcess:
         argv = [sys.executable, "-I", "-m", "ptcourse.judge.worker"]
@@ -160,6 +161,8 @@ class WorkerProcess:
             )
         self.scratch.mkdir(parents=True, exist_ok=True)
         log = (self.scratch / "worker.log").open("ab")
+        self.cap = sandbox.process_cap(self.limits.processes) if self.sandboxed else None
+        procs = str(self.cap / "cgroup.procs") if self.cap else None
         self.process = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -168,6 +171,7 @@ class WorkerProcess:
             cwd=cwd,
             env=environ,
             start_new_session=True,
+            preexec_fn=(lambda: _join(procs)) if procs else None,  # before exec: no race
         )
         log.close()
         self.frozen = False
@@ -213,6 +217,12 @@ class WorkerProcess:
             with contextlib.suppress(OSError):
                 stream.close()
         self.process = None
+        for _ in range(50):  # the namespace's last processes are reaped asynchronously
+            if not self.cap or not (self.cap / "cgroup.procs").read_text().strip():
+                break
+            time.sleep(0.02)
+        sandbox.release_cap(self.cap)
+        self.cap = None
 
     def send(self, op: str, *args: Any) -> None:
         if self.process is None:
@@ -282,6 +292,12 @@ class WorkerProcess:
         if isinstance(value, dict):
             return {key: self.decode(each) for key, each in value.items()}
         return value
+
+
+def _join(procs: str) -> None:
+    """In the new process, before exec: enter the submission's pids cgroup."""
+    with open(procs, "w") as f:
+        f.write(str(os.getpid()))
 
 
 def _python_of(pid: int) -> bool:

@@ -89,3 +89,25 @@ def test_unsandboxed_workers_still_get_private_folders(make_worker, sandboxed):
     outputs = run(worker, "import os\nprint(os.path.exists('a.txt'), os.environ['HOME'])")
     exists, home = printed(outputs).split()
     assert exists == "True" and "home" in home and not home.startswith("/root/"), outputs
+
+
+def test_a_fork_bomb_meets_the_process_limit(make_worker):
+    from ptcourse.judge import sandbox
+
+    probe = sandbox.process_cap(1)
+    if probe is None:
+        pytest.skip("no pids cgroup can be made here")
+    sandbox.release_cap(probe)
+    worker = make_worker(processes=64)
+    outputs = run(
+        worker,
+        "import subprocess\n"
+        "children = []\n"
+        "try:\n"
+        "    for _ in range(200):\n"
+        "        children.append(subprocess.Popen(['sleep', '60']))\n"
+        "except OSError as error:\n"
+        "    print('stopped at', len(children), type(error).__name__)\n",
+    )
+    assert "stopped at" in printed(outputs), outputs
+    assert int(printed(outputs).split()[2]) < 64
