@@ -17,7 +17,11 @@ def _doctor(args: argparse.Namespace) -> int:
 
     print(hardware.doctor_report())
     missing = sandbox.unavailable()
-    print(f"  {'grading sandbox':<16}{'bubblewrap' if not missing else 'none: ' + missing}")
+    cap = sandbox.process_cap(1)
+    sandbox.release_cap(cap)
+    limit = "processes capped (pids cgroup)" if cap else "processes not capped (no pids cgroup)"
+    where = f"bubblewrap; {limit}" if not missing else f"none: {missing}"
+    print(f"  {'grading sandbox':<17}{where}")
     return 0
 
 
