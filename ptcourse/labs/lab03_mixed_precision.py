@@ -689,8 +689,9 @@ def _speed(which: str, step: Callable[..., Any], points: float, seed: int) -> fl
 
     if here.name == "cpu-basic":
         reason = (
-            "This CPU has no AMX/avx512_bf16: bf16 is emulated and slower than fp32, so speed is "
-            "not graded here."
+            "bf16 is not fast here (no AMX/avx512_bf16, or kernels that do not use them, as "
+            "ONEDNN_MAX_CPU_ISA=AVX2 makes them): bf16 runs emulated, slower than fp32, so speed "
+            "is not graded here."
         )
         print(reason)
         return technique(reason)
