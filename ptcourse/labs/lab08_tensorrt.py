@@ -69,8 +69,8 @@ def sizes() -> Sizes:
 
 
 def fast_bf16() -> bool:
-    """Whether this CPU has bf16 hardware (AMX or avx512_bf16): reads the CPU flags only,
-    without importing every optional backend as ``hardware.machine()`` does (seconds)."""
+    """Whether bf16 is fast here: bf16 hardware (AMX or avx512_bf16) and kernels that use it
+    (``hardware.has``; without importing every optional backend as ``hardware.machine()``)."""
     return hardware.has("fast_bf16")
 
 
@@ -681,7 +681,7 @@ def check_bf16_speed(to_bf16: Callable[[nn.Module], nn.Module], *, points: float
         low_net = to_bf16(net)
     if fast_bf16():
         return grade_bf16_speed(net, low_net, seed, points=points)
-    print("no AMX/avx512_bf16 here: grading that the convs and the head compute in bf16")
+    print("bf16 is not fast here: grading that the convs and the head compute in bf16")
     return grade_bf16_in_effect(low_net, seed, points=points)
 
 
@@ -730,8 +730,8 @@ TARGETS: tuple[Target, ...] = (
            "≤ 0.0104",
            f"{SCRIPT}: fp32 copy 0 in every run (2/2 points: not a speed check)",
            ZEN4_VM, "2026-12-03", SCRIPT),
-    # Where bf16 is slow (no AMX/avx512_bf16) the speed cell grades instead that every
-    # Conv2d/Linear output is bf16 (low_precision_share).
+    # Where bf16 is slow (no AMX/avx512_bf16, or kernels not using them) the speed cell grades
+    # instead that every Conv2d/Linear output is bf16 (low_precision_share).
     Target(LAB.number, "bf16_in_effect", "cpu", "score", 1.0, 0.0,
            f"{SCRIPT}: 1.0 in 15 of 15 runs (5 full, 10 smoke)",
            f"{SCRIPT}: fp32 copy 0.0 in 15 of 15 runs", ZEN4_VM, "2026-12-03", SCRIPT),
