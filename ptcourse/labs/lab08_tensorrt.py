@@ -116,6 +116,22 @@ def baseline_to_bf16(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).eval()
 
 
+class Bf16Model(nn.Module):
+    """A copy of ``inner`` computing in bfloat16; float32 in, float32 out."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = copy.deepcopy(inner).to(torch.bfloat16)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.inner(x.to(torch.bfloat16)).float()
+
+
+def reference_to_bf16(model: nn.Module) -> nn.Module:
+    """The instructors' ``to_bf16``: the graders time it beside the student's."""
+    return Bf16Model(model).eval()
+
+
 def reference_fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
     """One conv with ``bn`` (eval mode) folded in: PyTorch's ``fuse_conv_bn_eval``."""
     from torch.nn.utils.fusion import fuse_conv_bn_eval
@@ -646,21 +662,30 @@ def check_bf16_accuracy(to_bf16: Callable[[nn.Module], nn.Module], *, points: fl
 
 def grade_bf16_speed(net: nn.Module, low_net: nn.Module, seed: int, *, points: float) -> float:
     """Points for the speed of ``low_net`` over ``net`` in fp32 (the baseline) at a
-    throughput-sized batch, interleaved, one thread (row ``bf16_speed``)."""
+    throughput-sized batch, interleaved, one thread (row ``bf16_speed``), relative to
+    :func:`reference_to_bf16` timed in the same run. Where even the reference does not clear
+    the floor here (bf16 matmuls fast, but other kernels not: ``ATEN_CPU_CAPABILITY=default``
+    measured 0.65x), the points grade bf16 in effect instead."""
     size = sizes()
     xs = torch.randn(size.bf16_batch, 3, size.bf16_image, size.bf16_image,
                      generator=seeds.generator(seed))  # fmt: skip
-    base = baseline_to_bf16(net)
+    models = {"fp32": baseline_to_bf16(net), "reference": reference_to_bf16(net), "yours": low_net}
 
-    def fp32_call() -> Tensor:
-        with torch.inference_mode():
-            return base(xs)
+    def call(which: str) -> Callable[[], Tensor]:
+        def run() -> Tensor:
+            with torch.inference_mode():
+                return models[which](xs)
 
-    def bf16_call() -> Tensor:
-        with torch.inference_mode():
-            return low_net(xs)
+        return run
 
-    return checks.speedup(targets.goal(TARGETS, "bf16_speed"), fp32_call, bf16_call, points=points)
+    return checks.relative_speedup(
+        targets.goal(TARGETS, "bf16_speed"),
+        call("fp32"),
+        call("reference"),
+        call("yours"),
+        points=points,
+        not_gradable=lambda reason: grade_bf16_in_effect(low_net, seed, points=points),
+    )
 
 
 def grade_bf16_in_effect(low_net: nn.Module, seed: int, *, points: float) -> float:
@@ -735,7 +760,11 @@ TARGETS: tuple[Target, ...] = (
     Target(LAB.number, "bf16_in_effect", "cpu", "score", 1.0, 0.0,
            f"{SCRIPT}: 1.0 in 15 of 15 runs (5 full, 10 smoke)",
            f"{SCRIPT}: fp32 copy 0.0 in 15 of 15 runs", ZEN4_VM, "2026-12-03", SCRIPT),
-    # Batch 16 at 64 px, fp32 vs the bf16 copy, 1 thread; graded only where fast_bf16().
+    # Batch 16 at 64 px, fp32 vs the bf16 copy, 1 thread; graded only where fast_bf16(), and
+    # relative to reference_to_bf16 timed in the same run (full credit at the floor + 70% of
+    # its gain, at most this target; where the reference does not clear the floor the points
+    # grade bf16_in_effect: tools/grading_matrix.py measured the reference at 0.65x with
+    # ATEN_CPU_CAPABILITY=default on the Zen 4 VM, matmuls fast, the rest scalar).
     Target(LAB.number, "bf16_speed", "cpu", "speedup", 1.3, 1.15,
            f"{SCRIPT}: 1.29–1.67x, median 1.44 (5 runs, load average ~15) and 1.85–2.66x, median "
            "2.02 (10 runs, load average ~11), full size; 2.59–2.74x with the machine idle",
