@@ -25,7 +25,6 @@ from typing import Any
 
 import nbformat
 
-from ptcourse.core.lineup import Lab, lab
 from ptcourse.grading.checks import CheckFailed
 from ptcourse.judge import sandbox
 from ptcourse.judge.remote import WorkerError, WorkerGone, WorkerLate, WorkerProcess
@@ -102,7 +101,6 @@ def _result(points: float) -> dict[str, Any]:
 class Judge:
     """Runs cells in the worker (restarting it when a cell kills or hangs it) and checks here."""
 
-    lab: Lab
     worker: WorkerProcess
     cell_timeout: float
     replay: list[tuple[int, str]] = field(default_factory=list)
@@ -183,7 +181,7 @@ def judge_notebook(
     worker = WorkerProcess(
         submission, scratch, env, readable, hidden, sandbox.limits_from_env(), missing is None
     )
-    judge = Judge(lab(key), worker.start(), cell_timeout)
+    judge = Judge(worker.start(), cell_timeout)
     nb = nbformat.read(notebook, as_version=4)
     plan = Plan.of(key, nb)
     try:

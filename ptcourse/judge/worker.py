@@ -200,9 +200,6 @@ class Worker:
         gc.collect()
         measure.rss_follows_tensors()
 
-    def release(self, ref: int) -> None:
-        self.objects.by_id.pop(ref, None)
-
 
 def _state(arg: Any) -> Any:
     """What a call may have changed in an argument the judge passed: a module's parameters,
@@ -217,7 +214,7 @@ def _state(arg: Any) -> Any:
 
 def _copy_submission() -> None:
     """The submission's files into the private scratch folder (the working directory)."""
-    source = Path(os.environ.get("PTCOURSE_SUBMISSION", "/submission"))
+    source = Path(os.environ["PTCOURSE_SUBMISSION"])  # set by the judge, sandboxed or not
     for path in source.iterdir() if source.is_dir() else ():
         target = Path.cwd() / path.name
         if path.is_dir():

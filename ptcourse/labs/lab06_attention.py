@@ -444,9 +444,10 @@ def fresh_inputs(problem: Problem, device: str) -> Callable[[], tuple[Tensor, Te
     return lambda: qkv(problem, device=device, generator=gen)
 
 
-def _verify(args: tuple[Tensor, ...], out: Tensor) -> None:
+def _verify(args: tuple[Tensor, ...], out: Tensor, what: str = "timed output") -> None:
+    """``out`` against the grader's naive attention on ``args`` (fp32 tolerance)."""
     atol, rtol = TOLERANCE[torch.float32]
-    checks.check_close(out, baseline_attention(*args), atol=atol, rtol=rtol, what="timed output")
+    checks.check_close(out, baseline_attention(*args), atol=atol, rtol=rtol, what=what)
 
 
 def check_naive(attention_naive: Attention, *, points: float) -> float:
@@ -468,10 +469,8 @@ def check_speed(attention_sdpa: Attention, *, points: float) -> float:
     q, k, v = qkv(problem, device=goal.track.device, generator=checks.secret_generator())
     with captured_stderr():
         got = attention_sdpa(q, k, v)
-    atol, rtol = TOLERANCE[torch.float32]
-    want = baseline_attention(q, k, v)
-    checks.check_close(got, want, atol=atol, rtol=rtol, what=f"attention_sdpa, {problem}")
-    del got, want
+    _verify((q, k, v), got, what=f"attention_sdpa, {problem}")
+    del got
     print(f"timing {problem}")
     candidate = checks.timed(attention_sdpa, fresh_inputs(problem, goal.track.device), _verify)
 

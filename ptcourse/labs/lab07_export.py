@@ -234,23 +234,24 @@ def check_speed(
 ) -> float:
     """Latency of ``ort_runner(onnx_model)`` at batch 1 against the eager classifier, one thread,
     interleaved, on a fresh input; the runner's output is checked first."""
-    s = sizes()
-    x = images(s.latency_batch, s.image, generator=checks.secret_generator())
+    s, gen = sizes(), checks.secret_generator()
     eager = baseline_runner(inspection_classifier(seed=0))  # rebuilt: nothing notebook is timed
-    with captured_stderr():
-        runner = ort_runner(onnx_model)
-        got = runner(x)
     what = f"ONNX Runtime at batch {s.latency_batch}"
-    checks.check_close(got, eager(x), atol=ORT_TOLERANCE, rtol=ORT_TOLERANCE, what=what)
-    goal = targets.goal(TARGETS, "ort_latency")
-    gen = checks.secret_generator()
+
+    def fresh() -> tuple[Tensor]:
+        return (images(s.latency_batch, s.image, generator=gen),)
 
     def verify(args: tuple[Tensor], out: Tensor) -> None:
         checks.check_close(out, eager(*args), atol=ORT_TOLERANCE, rtol=ORT_TOLERANCE, what=what)
 
-    fresh = lambda: (images(s.latency_batch, s.image, generator=gen),)  # noqa: E731
+    (x,) = fresh()
+    with captured_stderr():
+        runner = ort_runner(onnx_model)
+        got = runner(x)
+    verify((x,), got)
     candidate = checks.timed(runner, fresh, verify)
-    return checks.speedup(goal, lambda: eager(x), candidate, points=points)
+    return checks.speedup(targets.goal(TARGETS, "ort_latency"), lambda: eager(x), candidate,
+                          points=points)  # fmt: skip
 
 
 def check_median(median_model: Any, *, points: float) -> float:

@@ -86,10 +86,9 @@ def test_the_lab_contract_lists_judged_labs_targets():
 
 
 def test_a_cell_past_its_time_is_interrupted_and_the_worker_keeps_its_state(make_worker):
-    from ptcourse.core.lineup import lab
     from ptcourse.judge.judge import Judge
 
-    judge = Judge(lab("06"), make_worker(), cell_timeout=2.0)
+    judge = Judge(make_worker(), cell_timeout=2.0)
     judge.run_cell(0, "kept = 41")
     outputs = judge.run_cell(1, "while True:\n    pass")
     assert [o.output_type for o in outputs][-2:] == ["error", "error"]  # KeyboardInterrupt, note
@@ -98,10 +97,9 @@ def test_a_cell_past_its_time_is_interrupted_and_the_worker_keeps_its_state(make
 
 
 def test_a_cell_that_ignores_interrupts_costs_only_itself(make_worker):
-    from ptcourse.core.lineup import lab
     from ptcourse.judge.judge import Judge
 
-    judge = Judge(lab("06"), make_worker(), cell_timeout=1.0)
+    judge = Judge(make_worker(), cell_timeout=1.0)
     judge.run_cell(0, "kept = 41")
     stuck = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
     outputs = judge.run_cell(1, stuck)
