@@ -34,6 +34,11 @@ class CheckFailed(AssertionError):
     """A graded check scored zero; the message says what was measured against what."""
 
 
+class SubmissionGone(RuntimeError):
+    """The process running the submission's code died or hung (the judge's worker): a check
+    that counts the student's exceptions as wrong answers lets this one through."""
+
+
 @dataclass(frozen=True)
 class Result:
     lab: str
@@ -89,8 +94,11 @@ def timed(
     verify: Callable[[tuple, Any], None] | None = None,
     *,
     inference: bool = False,
+    via: Callable[..., Any] | None = None,
 ) -> Callable[[], Any]:
-    """What a speed or memory check runs: ``answer(*make_args())``.
+    """What a speed or memory check runs: ``answer(*make_args())``, or ``via(answer,
+    *make_args())`` where the timed work drives the answer (pulls batches from it, runs a
+    pipeline it built); ``via`` is then a module-level function, run where the answer lives.
 
     In a notebook the inputs are drawn once. When the answer lives in the judge's worker
     (:class:`ptcourse.judge.remote.Remote`), every timed call gets fresh inputs the submission
@@ -101,17 +109,23 @@ def timed(
     """
     remote = getattr(type(answer), "timed", None)
     if remote is not None:
-        return remote(answer, make_args, verify, inference=inference)
+        return remote(answer, make_args, verify, inference=inference, via=via)
     args = make_args()
+    if via is not None:
+        return lambda: via(answer, *args)
     return lambda: answer(*args)
 
 
-def beside(answer: Any, fn: Callable[..., Any], *args: Any) -> Any:
+def beside(answer: Any, fn: Callable[..., Any], *args: Any, keep: bool = False) -> Any:
     """``fn(answer, *args)`` in the process where ``answer`` lives: here, or in the judge's
     worker (``fn`` must then be a module-level function; what it returns is what the worker
-    reports, so a check uses it for diagnostics such as which kernels ran, never for time)."""
+    reports, so a check uses it for diagnostics such as which kernels ran, never for time).
+    With ``keep`` the result stays where it was made (a built pipeline, a cache too large to
+    send back): the judge gets a reference it can pass to later calls and to :func:`timed`."""
     remote = getattr(type(answer), "beside", None)
-    return remote(answer, fn, *args) if remote is not None else fn(answer, *args)
+    if remote is None:
+        return fn(answer, *args)
+    return remote(answer, fn, *args, keep=keep)
 
 
 def _credit(value: float, goal: float, floor: float, higher_is_better: bool) -> float:

@@ -12,6 +12,7 @@ running can slow the baseline down.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import pickle
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 
 from ptcourse.core.measure import TimedElsewhere
+from ptcourse.grading.checks import SubmissionGone
 from ptcourse.judge import sandbox
 from ptcourse.judge.worker import HEADER
 
@@ -40,7 +42,7 @@ class WorkerError(RuntimeError):
     """The submission's code raised in the worker; the message is its exception."""
 
 
-class WorkerGone(RuntimeError):
+class WorkerGone(SubmissionGone):
     """The worker died, hung past its deadline or broke the protocol; it has been killed."""
 
 
@@ -122,7 +124,7 @@ class Pickler(pickle.Pickler):
         return mirrored[1] if mirrored is not None and mirrored[0] is obj else None
 
 
-MIRRORED = (torch.nn.Module, torch.optim.Optimizer)
+MIRRORED = (torch.nn.Module, torch.optim.Optimizer, torch.Generator)
 
 
 @dataclass
@@ -311,8 +313,10 @@ class Remote:
     """Something the submission defined, living in its worker: call it, read its attributes,
     iterate it. Arguments travel pickled; a module or optimizer passed in is mirrored: sent
     once, the worker's copy is the one later calls use, and after each call its parameters,
-    buffers, gradients and state are copied back into the judge's object (its structure is not:
-    a check reads structure through :func:`ptcourse.grading.checks.beside`)."""
+    buffers, gradients and state (a generator's too) are copied back into the judge's object (its
+    structure is not: a check reads structure through :func:`ptcourse.grading.checks.beside`).
+    After each reply the worker is stopped until the judge sends it something again, so nothing
+    the submission left running competes with what the judge does meanwhile."""
 
     def __init__(self, worker: WorkerProcess, ref: int, type_name: str) -> None:
         self.worker, self.ref, self.type_name = worker, ref, type_name
@@ -324,21 +328,27 @@ class Remote:
         for arg in args:
             if isinstance(arg, MIRRORED):
                 self.worker.mirror(arg)
-        reply = self.worker.request("call", self, args, kwargs, True)
+        reply = self._request("call", self, args, kwargs, True)
         for arg, state in zip(args, reply["args"] or (), strict=False):
             _apply_state(arg, state)
         return reply["value"]
 
+    def _request(self, op: str, *args: Any) -> Any:
+        try:
+            return self.worker.request(op, *args)
+        finally:
+            self.worker.freeze()
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return self.worker.request("attribute", self, name)
+        return self._request("attribute", self, name)
 
     def __iter__(self) -> Remote:
-        return self.worker.request("call", _ITER, (self,), {}, False)["value"]
+        return self._request("call", _ITER, (self,), {}, False)["value"]
 
     def __next__(self) -> Any:
-        step = self.worker.request("next", self)
+        step = self._request("next", self)
         if step["done"]:
             raise StopIteration
         return step["value"]
@@ -349,12 +359,16 @@ class Remote:
         verify: Callable[..., None] | None = None,
         *,
         inference: bool = False,
+        via: Callable[..., Any] | None = None,
     ) -> RemoteCall:
-        return RemoteCall(self, make_args, verify, inference)
+        target = self if via is None else functools.partial(via, self)
+        return RemoteCall(self.worker, target, make_args, verify, inference)
 
-    def beside(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(self, *args)`` run in the worker (``fn`` travels by its module and name)."""
-        return self.worker.request("call", fn, (self, *args), {}, False)["value"]
+    def beside(self, fn: Callable[..., Any], *args: Any, keep: bool = False) -> Any:
+        """``fn(self, *args)`` run in the worker (``fn`` travels by its module and name); with
+        ``keep`` its result stays there and a :class:`Remote` to it comes back."""
+        op = "call_and_keep" if keep else "call"
+        return self._request(op, fn, (self, *args), {}, False)["value"]
 
 
 _ITER = iter  # pickled by reference: builtins.iter, resolved in the worker
@@ -371,6 +385,8 @@ def _apply_state(arg: Any, state: Any) -> None:
                 param.grad = None if grad is None else grad.clone()
     elif isinstance(arg, torch.optim.Optimizer) and "optimizer" in state:
         arg.load_state_dict(state["optimizer"])
+    elif isinstance(arg, torch.Generator) and "generator" in state:
+        arg.set_state(state["generator"])
 
 
 class RemoteCall(TimedElsewhere):
@@ -380,13 +396,14 @@ class RemoteCall(TimedElsewhere):
 
     def __init__(
         self,
-        target: Remote,
+        worker: WorkerProcess,
+        target: Any,
         make_args: Callable[[], tuple],
         verify: Callable[..., None] | None,
         inference: bool = False,
     ) -> None:
         self.target, self.make_args, self.verify = target, make_args, verify
-        self.worker, self.inference = target.worker, inference
+        self.worker, self.inference = worker, inference
         self.threads = 1
 
     def _prepare(self, key: str, arg_sets: list[tuple]) -> None:
@@ -394,7 +411,14 @@ class RemoteCall(TimedElsewhere):
         self.worker.request("prepare", key, self.target, arg_sets, *options)
 
     def __call__(self) -> Any:
-        return self.target(*self.make_args())
+        if isinstance(self.target, Remote):
+            return self.target(*self.make_args())
+        self._prepare("once", [self.make_args()])
+        try:
+            self.worker.request("run", "once")
+            return self.worker.request("result", "once", 0)
+        finally:
+            self.worker.freeze()
 
     def time_block(self, calls: int) -> float:
         """Seconds per call over ``calls`` calls on fresh inputs: max(wall, CPU of the sandbox)."""

@@ -164,6 +164,9 @@ class Worker:
         changed = [_state(arg) for arg in args] if give_back else None
         return {"value": self.objects.encode(value), "args": changed}
 
+    def call_and_keep(self, target: Any, args: tuple, kwargs: dict, give_back: bool) -> Any:
+        return {"value": self.objects.keep(target(*args, **kwargs)), "args": None}
+
     def keep(self, obj: Any) -> Any:
         return self.objects.keep(obj)
 
@@ -209,6 +212,8 @@ def _state(arg: Any) -> Any:
         return {"state": dict(arg.state_dict()), "grads": grads}
     if isinstance(arg, torch.optim.Optimizer):
         return {"optimizer": arg.state_dict()}
+    if isinstance(arg, torch.Generator):
+        return {"generator": arg.get_state()}
     return None
 
 

@@ -1,6 +1,7 @@
 """The judge's channel to the worker: only data comes back, the judge's clock times the worker,
 extra threads cost their CPU time, a frozen worker uses nothing, a hung one is killed."""
 
+import operator
 import time
 
 import pytest
@@ -138,3 +139,26 @@ def test_a_hung_call_kills_the_worker_within_the_deadline(make_worker):
     with pytest.raises(WorkerGone):
         worker.request("call", worker.request("lookup", "hang"), (), {}, False, timeout=1.0)
     assert time.monotonic() - start < 5 and worker.process is None
+
+
+def test_a_generator_passed_in_advances_as_it_would_in_the_notebook(make_worker):
+    worker = make_worker()
+    run(worker, "import torch\ndef draw(gen):\n    return torch.rand(2, generator=gen)")
+    draw = worker.request("lookup", "draw")
+    gen, twin = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    first, second = draw(gen), draw(gen)
+    assert torch.equal(first, torch.rand(2, generator=twin))
+    assert torch.equal(second, torch.rand(2, generator=twin))  # not the same draw twice
+
+
+def test_a_result_kept_in_the_worker_is_driven_there(make_worker):
+    from ptcourse.grading import checks
+
+    worker = make_worker()
+    run(worker, "import torch\ndef build(n):\n    return torch.arange(n)")
+    build = worker.request("lookup", "build")
+    kept = checks.beside(build, operator.call, 4, keep=True)
+    assert isinstance(kept, Remote)  # a tensor, but it stayed in the worker
+    timed = checks.timed(kept, lambda: (torch.tensor(2),), via=operator.mul)
+    assert torch.equal(timed(), torch.arange(4) * 2)
+    assert timed.time_block(3) > 0
