@@ -116,6 +116,32 @@ def timed(
     return lambda: answer(*args)
 
 
+def timed_alike(
+    answer: Any,
+    fn: Callable[..., Any],
+    make_args: Callable[[], tuple],
+    *,
+    inference: bool = False,
+) -> Callable[[], Any]:
+    """What the grader's own code runs in a speed check (the baseline, the reference):
+    ``fn(*make_args())``, timed the way ``answer`` is. In a notebook that is a plain call on
+    inputs drawn once; in the judge ``fn`` (a module-level function or a picklable callable)
+    runs in a trusted twin of the answer's sandboxed worker, so a ratio compares like with like.
+    Arguments that carry state between calls (a model, an optimizer) are sent once and kept."""
+    remote = getattr(type(answer), "alike", None)
+    if remote is not None:
+        return remote(answer, fn, make_args, inference=inference)
+    args = make_args()
+    if inference:
+        return lambda: _inference(fn, args)
+    return lambda: fn(*args)
+
+
+def _inference(fn: Callable[..., Any], args: tuple) -> Any:
+    with torch.inference_mode():
+        return fn(*args)
+
+
 def beside(answer: Any, fn: Callable[..., Any], *args: Any, keep: bool = False) -> Any:
     """``fn(answer, *args)`` in the process where ``answer`` lives: here, or in the judge's
     worker (``fn`` must then be a module-level function; what it returns is what the worker

@@ -142,6 +142,7 @@ class WorkerProcess:
     frozen: bool = False
     mirrors: dict[int, tuple[Any, int]] = field(default_factory=dict)
     cap: Path | None = None
+    trusted: WorkerProcess | None = None
 
     def start(self) -> WorkerProcess:
         argv = [sys.executable, "-I", "-m", "ptcourse.judge.worker"]
@@ -181,12 +182,28 @@ class WorkerProcess:
         self.request("ping", timeout=STARTUP_S)  # cell deadlines start once it is ready
         return self
 
-    def mirror(self, obj: Any) -> None:
-        """Send a module or optimizer once; later requests pass the worker's copy, the one that
-        runs, and calls copy its state back into ``obj``."""
-        if id(obj) not in self.mirrors:
-            remote = self.request("keep", obj)
-            self.mirrors[id(obj)] = (obj, remote.ref)
+    def twin(self) -> WorkerProcess:
+        """A worker in the same sandbox, with the same limits and environment, that runs no
+        submission code: the judge times the baseline and the reference there, so that what
+        the sandbox costs (or saves) is the same on both sides of a ratio. Started on first use,
+        killed with this worker."""
+        if self.trusted is None or self.trusted.process is None:
+            empty = self.scratch / "twin-submission"
+            empty.mkdir(parents=True, exist_ok=True)
+            self.trusted = WorkerProcess(
+                empty, self.scratch / "twin", self.env, self.readable,
+                [*self.hidden, self.submission], self.limits, self.sandboxed,
+            ).start()  # fmt: skip
+        return self.trusted
+
+    def mirror(self, *objs: Any) -> None:
+        """Send modules, optimizers and generators once; later requests pass the worker's copy,
+        the one that runs, and calls copy its state back. New ones travel in one message, so an
+        optimizer and its model's parameters stay the same tensors there."""
+        new = [obj for obj in objs if id(obj) not in self.mirrors]
+        if new:
+            for obj, remote in zip(new, self.request("keep_each", new), strict=True):
+                self.mirrors[id(obj)] = (obj, remote.ref)
 
     @property
     def pids(self) -> list[int]:
@@ -210,6 +227,8 @@ class WorkerProcess:
                 _signal_all([pid], signal.SIGINT)
 
     def kill(self) -> None:
+        if self.trusted is not None:
+            self.trusted.kill()
         if self.process is None:
             return
         _signal_all(self.pids, signal.SIGKILL)
@@ -325,9 +344,7 @@ class Remote:
         return f"<submission's {self.type_name} (in the sandboxed worker)>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        for arg in args:
-            if isinstance(arg, MIRRORED):
-                self.worker.mirror(arg)
+        self.worker.mirror(*(arg for arg in args if isinstance(arg, MIRRORED)))
         reply = self._request("call", self, args, kwargs, True)
         for arg, state in zip(args, reply["args"] or (), strict=False):
             _apply_state(arg, state)
@@ -363,6 +380,16 @@ class Remote:
     ) -> RemoteCall:
         target = self if via is None else functools.partial(via, self)
         return RemoteCall(self.worker, target, make_args, verify, inference)
+
+    def alike(
+        self,
+        fn: Callable[..., Any],
+        make_args: Callable[[], tuple],
+        *,
+        inference: bool = False,
+    ) -> RemoteCall:
+        """``fn(*make_args())`` timed as this answer is, in the worker's trusted twin."""
+        return RemoteCall(self.worker.twin(), fn, make_args, None, inference)
 
     def beside(self, fn: Callable[..., Any], *args: Any, keep: bool = False) -> Any:
         """``fn(self, *args)`` run in the worker (``fn`` travels by its module and name); with
@@ -407,6 +434,8 @@ class RemoteCall(TimedElsewhere):
         self.threads = 1
 
     def _prepare(self, key: str, arg_sets: list[tuple]) -> None:
+        # state that lasts from call to call (a model, its optimizer) is sent once
+        self.worker.mirror(*(arg for arg in arg_sets[0] if isinstance(arg, MIRRORED)))
         options = (self.threads, self.inference)
         self.worker.request("prepare", key, self.target, arg_sets, *options)
 

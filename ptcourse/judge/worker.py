@@ -167,8 +167,8 @@ class Worker:
     def call_and_keep(self, target: Any, args: tuple, kwargs: dict, give_back: bool) -> Any:
         return {"value": self.objects.keep(target(*args, **kwargs)), "args": None}
 
-    def keep(self, obj: Any) -> Any:
-        return self.objects.keep(obj)
+    def keep_each(self, objs: list[Any]) -> list[Any]:
+        return [self.objects.keep(obj) for obj in objs]
 
     def attribute(self, target: Any, name: str) -> Any:
         return self.objects.encode(getattr(target, name))

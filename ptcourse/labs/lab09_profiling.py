@@ -673,7 +673,9 @@ def check_fix_speed(fast_setup: Setup, fast_step: Step, *, points: float) -> flo
     if not same.ok:
         raise checks.CheckFailed(f"the fixed step must train like the slow one: {same.summary()}")
     candidate = checks.timed(fast_step, _fresh_batches(fixed, seed), _plausible_loss)
-    return checks.relative_speedup(goal, baseline, reference, candidate, points=points)
+    baseline_call = checks.timed_alike(fast_step, baseline_step, _fresh_batches(baseline, seed))
+    reference_call = checks.timed_alike(fast_step, reference_step, _fresh_batches(reference, seed))
+    return checks.relative_speedup(goal, baseline_call, reference_call, candidate, points=points)
 
 
 def _fresh_batches(run: Trainer, seed: int) -> Callable[[], tuple[Any, ...]]:
