@@ -223,6 +223,9 @@ def speedup(
     )
 
 
+SMALLEST_PEAK = 2**20
+
+
 def memory(
     goal: Goal, baseline: Callable[[], Any], candidate: Callable[[], Any], *, points: float
 ) -> float:
@@ -230,8 +233,10 @@ def memory(
     with captured_stderr() as noise:
         base = measure.peak_memory(baseline, device=goal.track.device)
         cand = measure.peak_memory(candidate, device=goal.track.device)
-    ratio = base.peak_bytes / max(cand.peak_bytes, 1)
+    ratio = base.peak_bytes / max(cand.peak_bytes, SMALLEST_PEAK)
     detail = f"baseline {base.summary()}; candidate {cand.summary()}"
+    if cand.peak_bytes < SMALLEST_PEAK:
+        detail += " (counted as 1 MB: sampled RSS cannot resolve less)"
     return score(goal, ratio, points=points, detail=detail, noise=noise)
 
 

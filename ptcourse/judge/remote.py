@@ -434,8 +434,12 @@ class RemoteCall(TimedElsewhere):
         self.threads = 1
 
     def _prepare(self, key: str, arg_sets: list[tuple]) -> None:
-        # state that lasts from call to call (a model, its optimizer) is sent once
-        self.worker.mirror(*(arg for arg in arg_sets[0] if isinstance(arg, MIRRORED)))
+        # what lasts from call to call is sent once: the target (a model, a runner that builds
+        # its session on first call) and stateful arguments (a model and its optimizer)
+        lasting = [arg for arg in arg_sets[0] if isinstance(arg, MIRRORED)]
+        if not isinstance(self.target, Remote):
+            lasting.insert(0, self.target)
+        self.worker.mirror(*lasting)
         options = (self.threads, self.inference)
         self.worker.request("prepare", key, self.target, arg_sets, *options)
 

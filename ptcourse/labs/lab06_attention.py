@@ -481,10 +481,11 @@ def check_speed(attention_sdpa: Attention, *, points: float) -> float:
         print(f"graded instead: a fused attention kernel ran ({seen.fused_kernels[0]})")
         return float(points)
 
+    fresh = fresh_inputs(problem, goal.track.device)
     return checks.relative_speedup(
         goal,
-        lambda: baseline_attention(q, k, v),
-        lambda: reference_sdpa(q, k, v),
+        checks.timed_alike(attention_sdpa, baseline_attention, fresh),
+        checks.timed_alike(attention_sdpa, reference_sdpa, fresh),
         candidate,
         points=points,
         not_gradable=fused_kernel_ran,
@@ -501,5 +502,7 @@ def check_memory(attention_sdpa: Attention, *, points: float) -> float:
     with captured_stderr():
         attention_sdpa(q, k, v), baseline_attention(q, k, v)  # warm-up
     print(f"peak memory {problem}; one score matrix {problem.score_bytes() / 2**20:.0f} MB")
-    candidate = checks.timed(attention_sdpa, fresh_inputs(problem, goal.track.device))
-    return checks.memory(goal, lambda: baseline_attention(q, k, v), candidate, points=points)
+    fresh = fresh_inputs(problem, goal.track.device)
+    candidate = checks.timed(attention_sdpa, fresh)
+    baseline = checks.timed_alike(attention_sdpa, baseline_attention, fresh)
+    return checks.memory(goal, baseline, candidate, points=points)

@@ -60,6 +60,8 @@ TARGETS: tuple[Target, ...] = (
            f"+0.02 points full (1 of 4800 headlines), -0.125 smoke (1 of 800 better); {RUNS}; "
            f"0.0 points on {AVX2_VM}",
            "float copy 0 points (not a speed check)", ZEN4_VM, "2026-12-03", script=SCRIPT),
+    # Graded relative to the machine (checks.relative_speedup): full credit at the floor + 70% of
+    # what reference_int8 reaches in the same run, never above this target.
     # Batch 64 x 16 tokens, 1 thread, torch.ao dynamic int8 vs fp32 eager, interleaved. Which
     # int8 scheme is fast depends on the CPU, so the graded "fast" exercise accepts any scheme
     # and the reference is the legacy call. torchao int8 dynamic (Int8DynamicActivationInt8-
@@ -218,6 +220,12 @@ def accuracy_points(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 25
     """Accuracy in percent (0-100) under ``torch.inference_mode``, stderr kept quiet."""
     with torch.inference_mode(), captured_stderr():
         return 100.0 * models.accuracy(model, x, y, batch_size=batch_size)
+
+
+def reference_int8(model: nn.Module) -> nn.Module:
+    """The instructors' fast int8 answer: the legacy dynamic quantization of every Linear
+    (fbgemm packed int8 weights, activations quantized per batch). Deprecated, so it warns."""
+    return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
 
 
 def torchao_weight_only(model: nn.Module) -> nn.Module:
@@ -397,21 +405,21 @@ def check_fast_speed(fast_int8: Quantizer, *, points: float) -> float:
         points=points * ACCURACY_SHARE,
     )
     fresh = fresh_tokens(size.batch)
-    (tokens,) = fresh()
 
     def verify(args: tuple[Tensor], logits: Tensor) -> None:
         want = float_model(*args)
         checks.check_close(logits.float(), want, atol=0.1 * want.abs().max().item(), rtol=0.0,
                            what="logits of a timed call")  # fmt: skip
 
-    candidate = checks.timed(quantized, fresh, verify, inference=True)
-    with torch.inference_mode():
-        speed = checks.speedup(
-            targets.goal(TARGETS, "fast_speedup"),
-            lambda: float_model(tokens),
-            candidate,
-            points=points * (1 - ACCURACY_SHARE),
-        )
+    with captured_stderr():
+        reference_model = reference_int8(baseline_classifier())
+    speed = checks.relative_speedup(
+        targets.goal(TARGETS, "fast_speedup"),
+        checks.timed_alike(quantized, float_model, fresh, inference=True),
+        checks.timed_alike(quantized, reference_model, fresh, inference=True),
+        checks.timed(quantized, fresh, verify, inference=True),
+        points=points * (1 - ACCURACY_SHARE),
+    )
     return accuracy + speed
 
 
