@@ -137,6 +137,14 @@ def timed_alike(
     return lambda: fn(*args)
 
 
+def run_alike(answer: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` — the grader's own measurement (a reference timing) — run the way
+    ``answer`` runs: here in a notebook, in the trusted twin of the answer's worker in the judge
+    (``fn`` must then be a module-level function; it returns data)."""
+    remote = getattr(type(answer), "in_twin", None)
+    return remote(answer, fn, *args) if remote is not None else fn(*args)
+
+
 def _inference(fn: Callable[..., Any], args: tuple) -> Any:
     with torch.inference_mode():
         return fn(*args)

@@ -391,6 +391,14 @@ class Remote:
         """``fn(*make_args())`` timed as this answer is, in the worker's trusted twin."""
         return RemoteCall(self.worker.twin(), fn, make_args, None, inference)
 
+    def in_twin(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` run in the worker's trusted twin (no submission code there)."""
+        twin = self.worker.twin()
+        try:
+            return twin.request("call", fn, args, {}, False)["value"]
+        finally:
+            twin.freeze()
+
     def beside(self, fn: Callable[..., Any], *args: Any, keep: bool = False) -> Any:
         """``fn(self, *args)`` run in the worker (``fn`` travels by its module and name); with
         ``keep`` its result stays there and a :class:`Remote` to it comes back."""

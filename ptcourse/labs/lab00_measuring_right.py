@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import queue
@@ -343,7 +344,7 @@ def _relative_distance(value: float, low: float, high: float) -> float:
     return 0.0
 
 
-def _reference_quartiles(
+def reference_quartiles(
     make_workload: Callable[[], tuple[Work, Work]], warmup: int, threads: int, min_run_time: float
 ) -> tuple[float, float]:
     """ptcourse's lower and upper quartile of ``fn(); sync()`` on a fresh workload."""
@@ -356,6 +357,19 @@ def _reference_quartiles(
     timing = measure.time_callable(call, threads=threads, warmup=warmup, min_run_time=min_run_time)
     q25, q75 = np.percentile(np.asarray(timing.times_s or (timing.median_s,)), [25, 75])
     return float(q25), float(q75)
+
+
+def timer_answer(
+    timer: Callable[..., float],
+    make_workload: Callable[[], tuple[Work, Work]],
+    warmup: int,
+    repeats: int,
+    threads: int,
+) -> float:
+    """``timer(fn, sync=sync, warmup=, repeats=)`` on a fresh workload at ``threads`` threads."""
+    fn, sync = make_workload()
+    with measure.pinned_threads(threads):
+        return float(timer(fn, sync=sync, warmup=warmup, repeats=repeats))
 
 
 def timer_error(
@@ -378,16 +392,18 @@ def timer_error(
     and a change of load between them is not held against the timer — and the result is the
     median of the ``rounds`` relative distances, so one burst of load cannot decide it.
     Everything runs at ``threads`` torch threads; ``min_run_time`` defaults to
-    ``sizes().reference_run_s``.
+    ``sizes().reference_run_s``. In the judge the timer runs in the submission's worker and
+    the reference in its trusted twin (``make_workload`` then travels pickled: one of the
+    workload classes below), so both pay the same sandbox.
     """
     min_run_time = sizes().reference_run_s if min_run_time is None else min_run_time
-    previous = _reference_quartiles(make_workload, warmup, threads, min_run_time)
+    reference = (reference_quartiles, make_workload, warmup, threads, min_run_time)
+    previous = checks.run_alike(timer, *reference)
     answers, intervals, errors = [], [], []
     for _ in range(rounds):
-        fn, sync = make_workload()
-        with measure.pinned_threads(threads):
-            answer = float(timer(fn, sync=sync, warmup=warmup, repeats=repeats))
-        following = _reference_quartiles(make_workload, warmup, threads, min_run_time)
+        answer = checks.beside(timer, timer_answer, make_workload, warmup, repeats, threads)
+        answer = float(answer)
+        following = checks.run_alike(timer, *reference)
         low, high = min(previous[0], following[0]), max(previous[1], following[1])
         answers.append(answer)
         intervals.append((low, high))
@@ -398,19 +414,72 @@ def timer_error(
     return result
 
 
+@dataclass(frozen=True)
+class MatmulWork:
+    """Fresh (fn, sync) pairs: an n x n fp32 matmul of inputs drawn from ``seed``."""
+
+    n: int
+    seed: int
+
+    def __call__(self) -> tuple[Work, Work]:
+        gen = torch.Generator().manual_seed(self.seed)
+        a, b = (torch.randn(self.n, self.n, generator=gen) for _ in range(2))
+        return functools.partial(torch.mm, a, b), _no_sync
+
+
+@dataclass(frozen=True)
+class WarmingWork:
+    """Fresh (fn, sync) pairs: a cold :func:`warming` callable each time."""
+
+    first_s: float
+    steady_s: float
+    slow_calls: int
+
+    def __call__(self) -> tuple[Work, Work]:
+        return warming(self.first_s, self.steady_s, self.slow_calls), _no_sync
+
+
+class KernelWork:
+    """Fresh (fn, sync) pairs: launch a ``seconds`` kernel on a :class:`SimulatedDevice` (one
+    per process that uses it, made on first use), synchronise that device."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.device: SimulatedDevice | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "device": None}
+
+    def __call__(self) -> tuple[Work, Work]:
+        if self.device is None:
+            self.device = SimulatedDevice()
+        return functools.partial(self.device.launch, kernel(self.seconds)), self.device.synchronize
+
+    def close(self) -> None:
+        if self.device is not None:
+            self.device.close()
+
+
+def _no_sync() -> None:
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # The checks: one per hidden test cell. Each draws its workload from a secret seed.
+
+
+# Every check runs in the judge: the timer in the submission's worker, ptcourse's reference
+# timings in its trusted twin; the roofline answers are data. The quick tests' points need the
+# judge's pass of the same answer.
+JUDGED = ("time_it_compute", "time_it_warmup", "time_it_async", "roofline")
+VOUCHED = {"time_it_quick": "time_it_compute", "roofline_quick": "roofline"}
 
 
 def check_time_it_compute(time_it: Callable[..., float], *, points: float) -> float:
     """``time_it`` on a CPU matmul of a secret size (448-576), at 1 thread."""
     gen = checks.secret_generator()
     n = int(torch.randint(448, 577, (1,), generator=gen))
-    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
-
-    def workload() -> tuple[Work, Work]:
-        return (lambda: torch.mm(a, b)), (lambda: None)
-
+    workload = MatmulWork(n, int(torch.randint(2**31, (1,), generator=gen)))
     goal = targets.goal(TARGETS, "time_it_compute")
     return checks.value(goal, lambda: timer_error(time_it, workload).error, points=points)
 
@@ -420,9 +489,7 @@ def check_time_it_warmup(time_it: Callable[..., float], *, points: float) -> flo
     gen = checks.secret_generator()
     first = 0.04 + 0.02 * float(torch.rand(1, generator=gen))
     steady = 0.006 + 0.006 * float(torch.rand(1, generator=gen))
-
-    def workload() -> tuple[Work, Work]:
-        return warming(first, steady, slow_calls=5), (lambda: None)
+    workload = WarmingWork(first, steady, slow_calls=5)
 
     def error() -> float:
         return timer_error(time_it, workload, warmup=5, repeats=9).error
@@ -433,16 +500,15 @@ def check_time_it_warmup(time_it: Callable[..., float], *, points: float) -> flo
 def check_time_it_async(time_it: Callable[..., float], *, points: float) -> float:
     """``time_it`` on an asynchronous kernel of a secret duration (10-20 ms)."""
     gen = checks.secret_generator()
-    seconds = 0.010 + 0.010 * float(torch.rand(1, generator=gen))
-    with SimulatedDevice() as device:
+    workload = KernelWork(0.010 + 0.010 * float(torch.rand(1, generator=gen)))
 
-        def workload() -> tuple[Work, Work]:
-            return (lambda: device.launch(kernel(seconds))), device.synchronize
+    def error() -> float:
+        return timer_error(time_it, workload, repeats=15).error
 
-        def error() -> float:
-            return timer_error(time_it, workload, repeats=15).error
-
+    try:
         return checks.value(targets.goal(TARGETS, "time_it_async"), error, points=points)
+    finally:
+        workload.close()
 
 
 def _close(value: Any, expected: float) -> bool:
@@ -464,6 +530,8 @@ def _right(
     raised by the student's code counts as a wrong answer."""
     try:
         return bool(judge(answer(*args, **kwargs), expected))
+    except checks.SubmissionGone:
+        raise
     except Exception:
         return False
 
