@@ -3,26 +3,36 @@
 The baseline pipeline itself (PIL decode + per-sample ``torchvision.transforms.v2``) is
 :mod:`ptcourse.assets.loaders`, which Labs 02 and 08 share. The exercise — the decode-once cache
 (``build_cache``), the batched augmentation (``augment_batch``) and the epochs over the cache
-(``cached_batches``) — is the student's; the package holds no answer to it.
+(``cached_batches``) — is the student's; :func:`reference_build_cache`,
+:func:`reference_augment_batch` and :func:`reference_cached_batches` are the instructors' answer,
+which the speed check times beside the student's (the solution notebook's cells, as functions).
 
 The checks use nothing the notebook defined besides the answer they grade: they draw secret
 files and seeds, build their own synthetic images, and read :mod:`ptcourse.assets.loaders` afresh
-from disk (:func:`pristine_loaders`), so a patched ``loaders.decode`` does not count.
+from disk (:func:`pristine_loaders`), so a patched ``loaders.decode`` does not count. The judge
+runs all four (``JUDGED``): the answers are called in the sandboxed worker with the judge's data
+and their outputs checked here; the speed check keeps the student's cache in the worker and
+times epochs over it there, against the baseline and the reference timed alike.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import dataclasses
 import importlib
+import io
+import operator
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from types import ModuleType
 from typing import Any
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from ptcourse.assets import datasets, loaders
 from ptcourse.core import hardware, lineup
@@ -72,25 +82,141 @@ def pristine_loaders() -> ModuleType:
     return importlib.reload(loaders)
 
 
-def baseline_call(
-    files: loaders.Files, size: Sizes, device: str, generator: torch.Generator
-) -> Callable[[], None]:
-    """The timed baseline: ``size.timed_batches`` batches of the baseline loader, sent to
-    ``device`` (pinned first where that is CUDA), as the speed check times it."""
+def baseline_epoch(
+    files: loaders.Files, batch_size: int, seed: int, count: int, device: str
+) -> None:
+    """The timed baseline: ``count`` batches of a new epoch of the baseline loader (shuffled
+    from ``seed``), sent to ``device`` (pinned first where that is CUDA)."""
     loader = loaders.baseline_loader(
-        files, size.batch, pin_memory=device == "cuda", generator=generator
+        files,
+        batch_size,
+        pin_memory=device == "cuda",
+        generator=torch.Generator().manual_seed(seed),
     )
+    for x, y in islice(loader, count):
+        x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    _synchronize(device)
 
-    def call() -> None:
-        for x, y in islice(loader, size.timed_batches):
-            x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
-    return call
+def _synchronize(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------------------------------------
+# The instructors' answer (the solution notebook's cells): what the speed check's reference runs
+
+
+def reference_build_cache(files: loaders.Files) -> tuple[Tensor, Tensor]:
+    """Decode every (path, label) once: uint8 images (N, 3, H, W) in order, int64 labels."""
+    first = loaders.decode(files[0][0])
+    images = torch.empty((len(files), *first.shape), dtype=torch.uint8)
+    for i, (path, _) in enumerate(files):
+        images[i] = loaders.decode(path)
+    labels = torch.tensor([label for _, label in files], dtype=torch.long)
+    return images, labels
+
+
+def reference_augment_batch(
+    images: Tensor, generator: torch.Generator, spec: loaders.AugmentSpec = loaders.SPEC
+) -> Tensor:
+    """Random resized crop, flip, brightness and contrast jitter and normalisation, per sample,
+    for a whole uint8 batch (B, 3, H, W): float32 (B, 3, spec.size, spec.size), same device."""
+    n, _, height, width = images.shape
+    size, device = spec.size, images.device
+    boxes = loaders.random_crop_boxes(n, height, width, generator, spec.scale, spec.ratio)
+    # antialiased resizing of uint8 exists (and is fast) on the CPU only; CUDA needs float
+    work = images if device.type == "cpu" else images.float()
+    out = torch.empty(n, 3, size, size, dtype=work.dtype, device=device)
+    for i, (top, left, h, w) in enumerate(boxes.tolist()):
+        crop = work[i : i + 1, :, top : top + h, left : left + w]
+        out[i] = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True)[0]
+    flip = (torch.rand(n, generator=generator) < spec.flip_p).to(device)
+    out[flip] = out[flip].flip(-1)
+    b = torch.empty(n, 1, 1, 1).uniform_(
+        1 - spec.brightness, 1 + spec.brightness, generator=generator
+    )
+    c = torch.empty(n, 1, 1, 1).uniform_(1 - spec.contrast, 1 + spec.contrast, generator=generator)
+    b, c = b.to(device), c.to(device)
+    x = out.float()
+    x.mul_(b / 255).clamp_(0, 1)  # to [0, 1] and brightness in one pass
+    weights = torch.tensor([0.299, 0.587, 0.114], device=device).view(1, 3, 1, 1)
+    gray_mean = (x.mean(dim=(2, 3), keepdim=True) * weights).sum(dim=1, keepdim=True)
+    x.mul_(c).add_((1 - c) * gray_mean).clamp_(0, 1)
+    mean = torch.tensor(spec.mean, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(spec.std, device=device).view(1, 3, 1, 1)
+    return x.sub_(mean).div_(std)
+
+
+def reference_cached_batches(
+    images: Tensor, labels: Tensor, batch_size: int, generator: torch.Generator, device: str = "cpu"
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """One shuffled epoch over the cache: (reference_augment_batch(batch), labels) per batch."""
+    order = torch.randperm(len(images), generator=generator)
+    on_gpu = torch.device(device).type == "cuda"
+    for start in range(0, len(order), batch_size):
+        index = order[start : start + batch_size]
+        batch, target = images.index_select(0, index), labels.index_select(0, index)
+        if on_gpu:
+            batch = batch.pin_memory().to(device, non_blocking=True)
+            target = target.pin_memory().to(device, non_blocking=True)
+        yield reference_augment_batch(batch, generator), target
+
+
+class DecodedFiles(nn.Module):
+    """``files`` decoded by :func:`reference_build_cache` on first use, where it is used.
+
+    A module only so that ``checks.timed_alike`` sends it to the judge's trusted twin worker
+    once and keeps it there: the reference's cache is built in the twin (in the warm-up calls),
+    not decoded in the judge and sent over."""
+
+    def __init__(self, files: loaders.Files) -> None:
+        super().__init__()
+        self.files = list(files)
+        self.decoded: tuple[Tensor, Tensor] | None = None
+
+    def forward(self) -> tuple[Tensor, Tensor]:
+        if self.decoded is None:
+            self.decoded = reference_build_cache(self.files)
+        return self.decoded
+
+
+def reference_epoch(
+    decoded: DecodedFiles, batch_size: int, seed: int, count: int, device: str
+) -> list[tuple[Tensor, Tensor]]:
+    """The timed reference: :func:`pull_batches` of :func:`reference_cached_batches`."""
+    return pull_batches(reference_cached_batches, decoded(), batch_size, seed, count, device)
+
+
+def pull_batches(
+    cached_batches: CachedBatches,
+    cache: Any,
+    batch_size: int,
+    seed: int,
+    count: int,
+    device: str,
+) -> list[tuple[Tensor, Tensor]]:
+    """What the speed check times (in the judge: in the worker, beside the cache the
+    submission built): the first ``count`` batches of a new epoch over ``cache`` = (images,
+    labels), shuffled and augmented from ``seed``."""
+    images, labels = cache
+    generator = torch.Generator().manual_seed(seed)
+    epoch = cached_batches(images, labels, batch_size, generator, device=device)
+    batches = list(islice(epoch, count))
+    _synchronize(device)
+    return batches
 
 
 def _require(condition: Any, message: str) -> None:
     if not condition:
         raise checks.CheckFailed(message)
+
+
+def _pair(result: Any, what: str) -> tuple[Any, Any]:
+    """``result`` as the pair it must be (a cache, a batch): in the judge, anything but data
+    comes back as a reference, which fails the type checks that follow."""
+    _require(isinstance(result, tuple | list) and len(result) == 2, f"{what}: expected a pair")
+    return result[0], result[1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +230,7 @@ def check_cache(build_cache: BuildCache, *, points: float) -> float:
     order = torch.randperm(len(everything), generator=checks.secret_generator())
     files = [everything[i] for i in order[: sizes().unseen_files].tolist()]
     with captured_stderr():
-        images, labels = build_cache(files)
+        images, labels = _pair(build_cache(files), "build_cache")
     expected = torch.stack([loaders.decode(path) for path, _ in files])
     _require(isinstance(images, Tensor) and images.dtype == torch.uint8, "cache must be uint8")
     _require(tuple(images.shape) == tuple(expected.shape), f"cache shape {tuple(images.shape)}")
@@ -128,6 +254,7 @@ def _pixels(
     """``augment_batch``'s output for ``images`` under ``spec``, back in pixel values."""
     with captured_stderr():
         out = augment_batch(images, generator, spec)
+    _require(isinstance(out, Tensor), f"augment_batch must return a tensor, not {type(out)}")
     _require(out.shape == (len(images), 3, spec.size, spec.size), f"shape {tuple(out.shape)}")
     mean = torch.tensor(spec.mean).view(1, 3, 1, 1)
     std = torch.tensor(spec.std).view(1, 3, 1, 1)
@@ -227,19 +354,28 @@ def colour_label(x: Tensor) -> Tensor:
     return torch.where(spread < 10, torch.full_like(spread, 3, dtype=torch.long), px.argmax(dim=1))
 
 
-def _check_epoch(batches: list[tuple[Tensor, Tensor]], labels: Tensor, size: Sizes) -> None:
+def _batch_format(pair: Any, batch: int) -> tuple[Tensor, Tensor]:
+    """One batch (x, y): float32 x (batch, 3, S, S) and int64 y (batch,); returns them."""
+    x, y = _pair(pair, "a batch")
+    side = loaders.SPEC.size
+    _require(
+        isinstance(x, Tensor) and x.dtype == torch.float32 and x.shape == (batch, 3, side, side),
+        f"batches must be float32 ({batch}, 3, {side}, {side}); got "
+        f"{getattr(x, 'dtype', type(x))} {tuple(getattr(x, 'shape', ()))}",
+    )
+    _require(isinstance(y, Tensor) and y.dtype == torch.long, "labels must be int64")
+    _require(y.shape == (batch,), f"labels of shape {tuple(y.shape)}, expected ({batch},)")
+    return x, y
+
+
+def _check_epoch(batches: list[Any], labels: Tensor, size: Sizes) -> None:
     last = size.epoch_images % size.epoch_batch
     expected = [size.epoch_batch] * (size.epoch_images // size.epoch_batch) + [last] * bool(last)
-    _require(
-        [len(y) for _, y in batches] == expected, f"batch sizes {[len(y) for _, y in batches]}"
-    )
-    for x, y in batches:
-        side = loaders.SPEC.size
-        _require(
-            x.dtype == torch.float32 and x.shape == (len(y), 3, side, side),
-            f"batches must be float32 (b, 3, {side}, {side}); got {x.dtype} {tuple(x.shape)}",
-        )
-        _require(y.dtype == torch.long, "labels must be int64")
+    got = [len(pair[1]) if isinstance(pair, tuple | list) and len(pair) == 2 else None
+           for pair in batches]  # fmt: skip
+    _require(got == expected, f"batch sizes {got}")
+    for pair, batch in zip(batches, expected, strict=True):
+        x, y = _batch_format(pair, batch)
         _require(torch.equal(colour_label(x), y), "labels are not aligned with their images")
     _require(
         sorted(torch.cat([y for _, y in batches]).tolist()) == sorted(labels.tolist()),
@@ -274,46 +410,182 @@ def check_batches(cached_batches: CachedBatches, *, points: float) -> float:
 # The speed check
 
 
-def check_speed(build_cache: BuildCache, cached_batches: CachedBatches, *, points: float) -> float:
-    """images/s of the student's cached + batched pipeline over :func:`baseline_call`.
+def cache_facts(cache: Any, rows: list[int], expected: tuple[int, ...]) -> dict[str, Any]:
+    """What the speed check reads of the cache the submission built, where it was built (in the
+    judge: the worker's word): its dtype and shape, its labels and the images ``rows``."""
+    try:
+        images, labels = cache
+    except (TypeError, ValueError):
+        return {"kind": type(cache).__name__}
+    if not (isinstance(images, Tensor) and isinstance(labels, Tensor)):
+        return {"kind": f"({type(images).__name__}, {type(labels).__name__})"}
+    facts = {"kind": "tensors", "dtype": images.dtype, "shape": tuple(images.shape)}
+    if facts["shape"] != expected:
+        return facts
+    return {**facts, "labels": labels.clone(), "rows": images[rows].clone()}
 
-    The cache is built afresh from the training files with ``build_cache`` (its build time is
-    printed, not timed); both sides pull ``timed_batches`` batches per call, interleaved, one
-    thread (:func:`ptcourse.grading.checks.speedup`).
+
+def _require_cache(cache: Any, files: loaders.Files, generator: torch.Generator) -> None:
+    """The built cache is the full uint8 set; four secret images and all labels as PIL and the
+    file list give them."""
+    rows = torch.randperm(len(files), generator=generator)[:4].tolist()
+    facts = checks.beside(cache, cache_facts, rows, (len(files), *PIXELS))
+    _require(facts.get("kind") == "tensors", f"build_cache must return (images, labels), got "
+             f"{facts.get('kind')}")  # fmt: skip
+    _require(
+        facts["dtype"] == torch.uint8 and facts["shape"] == (len(files), *PIXELS),
+        f"cache is not the full uint8 set: {facts['dtype']} {facts['shape']}",
+    )
+    expected = torch.stack([loaders.decode(files[i][0]) for i in rows])
+    _require(torch.equal(facts["rows"], expected), "cached pixels differ from the PIL decode")
+    _require(
+        facts["labels"].tolist() == [label for _, label in files],
+        "the cache's labels are not aligned with the files",
+    )
+
+
+def timed_batches_check(size: Sizes) -> Callable[[tuple, Any], None]:
+    """The check of a timed call's output (one per block in the judge): ``size.timed_batches``
+    batches of the right format, values in the normalised range, and no image it has seen
+    before — the epochs are seeded afresh, so a call that returns precomputed batches repeats
+    them."""
+    side = loaders.SPEC.size
+    low, high = loaders.SPEC.value_range()
+    weights = torch.rand(3 * side * side, generator=torch.Generator().manual_seed(0))
+    seen: set[float] = set()
+
+    def verify(args: tuple, batches: Any) -> None:
+        _require(
+            isinstance(batches, list) and len(batches) == size.timed_batches,
+            f"a timed call must return {size.timed_batches} batch(es)",
+        )
+        for pair in batches:
+            x, _ = _batch_format(pair, size.batch)
+            x = x.cpu()
+            _require(
+                bool(torch.isfinite(x).all() & (x >= low - 1e-3).all() & (x <= high + 1e-3).all()),
+                "timed batches hold values outside the normalised range",
+            )
+            prints = (x.flatten(1).double() @ weights.double()).tolist()  # one number per image
+            _require(
+                len(set(prints)) == len(prints) and seen.isdisjoint(prints),
+                "a timed epoch repeated images it had delivered before: every epoch must augment "
+                "afresh from its generator",
+            )
+            seen.update(prints)
+
+    return verify
+
+
+def files_opened(
+    cached_batches: CachedBatches,
+    cache: Any,
+    batch_size: int,
+    seed: int,
+    count: int,
+    device: str,
+) -> int:
+    """How many times :func:`pull_batches` opened or decoded a file (``open``, PIL,
+    ``torchvision.io``): a diagnostic run beside the answer (in the judge: the worker's word)."""
+    import PIL.Image
+    import torchvision.io
+
+    opened = 0
+
+    def counted(original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            nonlocal opened
+            opened += 1
+            return original(*args, **kwargs)
+
+        return call
+
+    patched = [(builtins, "open"), (io, "open"), (PIL.Image, "open")]
+    patched += [(torchvision.io, name) for name in ("read_file", "decode_jpeg", "decode_image")]
+    with contextlib.ExitStack() as restore:
+        for owner, name in patched:
+            original = getattr(owner, name)
+            setattr(owner, name, counted(original))
+            restore.callback(setattr, owner, name, original)
+        pull_batches(cached_batches, cache, batch_size, seed, count, device)
+    return opened
+
+
+def _epochs(
+    state: Any, size: Sizes, device: str, seeds: torch.Generator
+) -> Callable[[], tuple[Any, ...]]:
+    """The arguments of one timed call: ``state`` (a cache, files), the batch size, a new epoch
+    seed at every call, the batches per call and the device."""
+
+    def args() -> tuple[Any, ...]:
+        seed = int(torch.randint(2**62, (1,), generator=seeds))
+        return state, size.batch, seed, size.timed_batches, device
+
+    return args
+
+
+def check_speed(build_cache: BuildCache, cached_batches: CachedBatches, *, points: float) -> float:
+    """images/s of the student's cached + batched pipeline over the baseline loader
+    (:func:`baseline_epoch`), relative to what the reference (:func:`reference_epoch`) reaches
+    in the same run.
+
+    The cache is built afresh from the training files with ``build_cache`` and stays where it was
+    built (in the judge: the worker); its build time is printed, not timed, and four secret
+    images and its labels are checked against PIL. Every timed call pulls ``timed_batches``
+    batches of a new epoch seeded afresh (:func:`pull_batches`); the first call and one per
+    block are checked (:func:`timed_batches_check`). Interleaved, one thread. Where the
+    reference does not clear the floor, what is graded instead is that pulling batches opens no
+    file (:func:`files_opened`).
     """
     pristine_loaders()
     size, device = sizes(), hardware.track_for(LAB).device
     files, _ = datasets.inspection_splits()
+    secret = checks.secret_generator()
     start = time.perf_counter()
     with captured_stderr():
-        cache, cache_labels = build_cache(files)
+        cache = checks.beside(build_cache, operator.call, files, keep=True)
     print(f"cache built in {time.perf_counter() - start:.2f} s (not part of the timing)")
-    _require(
-        cache.dtype == torch.uint8 and tuple(cache.shape) == (len(files), *PIXELS),
-        "cache is not the full uint8 set",
+    _require_cache(cache, files, secret)
+    verify = timed_batches_check(size)
+    candidate = checks.timed(
+        cached_batches, _epochs(cache, size, device, secret), verify, via=pull_batches
     )
-    generator = checks.secret_generator()
-    baseline = baseline_call(files, size, device, checks.secret_generator())
-
-    def candidate() -> None:
-        epoch = cached_batches(cache, cache_labels, size.batch, generator, device=device)
-        for _ in islice(epoch, size.timed_batches):
-            pass
-
     with captured_stderr():
-        x, _ = next(iter(cached_batches(cache, cache_labels, size.batch, generator, device=device)))
-    side = loaders.SPEC.size
-    _require(x.shape == (size.batch, 3, side, side), "batches have the wrong shape")
-    goal = targets.goal(TARGETS, "throughput")
-    return checks.speedup(goal, baseline, candidate, points=points)
+        verify((), candidate())
+
+    def no_file_opened(reason: str) -> float:
+        seed = int(torch.randint(2**62, (1,), generator=secret))
+        args = (cache, size.batch, seed, size.timed_batches, device)
+        opened = checks.beside(cached_batches, files_opened, *args)
+        if opened:
+            raise checks.CheckFailed(f"{reason}; and pulling batches opened {opened} files")
+        print("graded instead: the batches come from the cache (no file opened to pull them)")
+        return float(points)
+
+    return checks.relative_speedup(
+        targets.goal(TARGETS, "throughput"),
+        checks.timed_alike(cached_batches, baseline_epoch, _epochs(files, size, device, secret)),
+        checks.timed_alike(
+            cached_batches, reference_epoch, _epochs(DecodedFiles(files), size, device, secret)
+        ),
+        candidate,
+        points=points,
+        not_gradable=no_file_opened,
+    )
 
 
 # Lab 01: images/s of the student's cached + batched pipeline over the baseline loader (PIL decode
 # + per-sample v2 augmentation, num_workers=0), interleaved, 1 thread, cache build excluded; full:
 # batch 64, 2 batches per call, 1920 training images; smoke: batch 32, 1 batch, 256 images.
 # Smoke and full give similar ratios, so one threshold serves both.
+# The checks the judge runs outside the student's process. Every graded cell of the notebook
+# holds its hidden check, so no quick test needs vouching for (no VOUCHED).
+JUDGED = ("cache", "augment", "batches", "speed")
 MEASURE = "tools/measure/lab01_data_loading.py"
 TARGETS: tuple[Target, ...] = (
+    # Graded relative to the machine (checks.relative_speedup): full credit at the floor + 70%
+    # of what the reference (reference_build_cache + reference_cached_batches) reaches in the
+    # same run, never above this target.
     Target("01", "throughput", "cpu", "speedup", 2.5, 1.3,
            f"{MEASURE}: 5 runs each, check_speed on the notebook's solution: full 3.74–5.47x "
            "(median 4.82x), smoke 4.29–6.89x (median 5.55x), 4/4 points in all 10 (load average "

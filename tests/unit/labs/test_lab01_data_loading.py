@@ -173,3 +173,43 @@ def test_speed_check_wants_the_whole_cache(solution):
 
     with pytest.raises(CheckFailed, match="full uint8 set"):
         lab01.check_speed(partial, solution.cached_batches, points=4)
+
+
+def test_the_reference_is_the_notebooks_answer(solution):
+    files = datasets.inspection_splits(smoke=True)[0][:20]
+    built, want = lab01.reference_build_cache(files), solution.build_cache(files)
+    assert all(torch.equal(a, b) for a, b in zip(built, want, strict=True))
+    images, labels = built
+    ours = list(lab01.reference_cached_batches(images, labels, 8, torch.Generator().manual_seed(3)))
+    theirs = list(solution.cached_batches(images, labels, 8, torch.Generator().manual_seed(3)))
+    assert len(ours) == len(theirs) == 3
+    for (x, y), (want_x, want_y) in zip(ours, theirs, strict=True):
+        assert torch.equal(x, want_x) and torch.equal(y, want_y)
+
+
+def test_a_timed_call_that_replays_its_batches_fails(solution):
+    images, labels = lab01.reference_build_cache(datasets.inspection_splits(smoke=True)[0][:64])
+    size = lab01.sizes()
+    verify = lab01.timed_batches_check(size)
+
+    def epoch(seed):
+        cache = (images, labels)
+        return lab01.pull_batches(solution.cached_batches, cache, size.batch, seed, 1, "cpu")
+
+    first = epoch(1)
+    verify((), first)
+    verify((), epoch(2))
+    with pytest.raises(CheckFailed, match="repeated images"):
+        verify((), first)
+    with pytest.raises(CheckFailed, match="batch"):
+        verify((), [])
+    x, y = first[0]
+    with pytest.raises(CheckFailed, match="normalised range"):
+        verify((), [(x * 100, y)])
+
+
+def test_pulling_batches_from_the_cache_opens_no_file(solution):
+    images, labels = lab01.reference_build_cache(datasets.inspection_splits(smoke=True)[0][:64])
+    args = ((images, labels), 32, 0, 1, "cpu")
+    assert lab01.files_opened(solution.cached_batches, *args) == 0
+    assert lab01.files_opened(baseline_batches, *args) >= 32
