@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from ptcourse.assets import datasets, loaders
 from ptcourse.core import hardware, lineup
@@ -163,29 +163,25 @@ def reference_cached_batches(
         yield reference_augment_batch(batch, generator), target
 
 
-class DecodedFiles(nn.Module):
-    """``files`` decoded by :func:`reference_build_cache` on first use, where it is used.
-
-    A module only so that ``checks.timed_alike`` sends it to the judge's trusted twin worker
-    once and keeps it there: the reference's cache is built in the twin (in the warm-up calls),
-    not decoded in the judge and sent over."""
+class ReferenceEpochs:
+    """The timed reference: :func:`pull_batches` of :func:`reference_cached_batches` over
+    ``files`` decoded by :func:`reference_build_cache` on the first call. Built on its first
+    call, so that it travels to the judge's trusted twin worker as a recipe, once, and decodes
+    its cache there (in the warm-up calls), not in the judge."""
 
     def __init__(self, files: loaders.Files) -> None:
-        super().__init__()
         self.files = list(files)
-        self.decoded: tuple[Tensor, Tensor] | None = None
+        self.cache: tuple[Tensor, Tensor] | None = None
 
-    def forward(self) -> tuple[Tensor, Tensor]:
-        if self.decoded is None:
-            self.decoded = reference_build_cache(self.files)
-        return self.decoded
+    def __getstate__(self) -> dict[str, Any]:
+        return {"files": self.files, "cache": None}
 
-
-def reference_epoch(
-    decoded: DecodedFiles, batch_size: int, seed: int, count: int, device: str
-) -> list[tuple[Tensor, Tensor]]:
-    """The timed reference: :func:`pull_batches` of :func:`reference_cached_batches`."""
-    return pull_batches(reference_cached_batches, decoded(), batch_size, seed, count, device)
+    def __call__(
+        self, batch_size: int, seed: int, count: int, device: str
+    ) -> list[tuple[Tensor, Tensor]]:
+        if self.cache is None:
+            self.cache = reference_build_cache(self.files)
+        return pull_batches(reference_cached_batches, self.cache, batch_size, seed, count, device)
 
 
 def pull_batches(
@@ -512,21 +508,21 @@ def files_opened(
 
 
 def _epochs(
-    state: Any, size: Sizes, device: str, seeds: torch.Generator
+    size: Sizes, device: str, seeds: torch.Generator, *state: Any
 ) -> Callable[[], tuple[Any, ...]]:
-    """The arguments of one timed call: ``state`` (a cache, files), the batch size, a new epoch
-    seed at every call, the batches per call and the device."""
+    """The arguments of one timed call: ``state`` (a cache, the files, or none), the batch size,
+    a new epoch seed at every call, the batches per call and the device."""
 
     def args() -> tuple[Any, ...]:
         seed = int(torch.randint(2**62, (1,), generator=seeds))
-        return state, size.batch, seed, size.timed_batches, device
+        return *state, size.batch, seed, size.timed_batches, device
 
     return args
 
 
 def check_speed(build_cache: BuildCache, cached_batches: CachedBatches, *, points: float) -> float:
     """images/s of the student's cached + batched pipeline over the baseline loader
-    (:func:`baseline_epoch`), relative to what the reference (:func:`reference_epoch`) reaches
+    (:func:`baseline_epoch`), relative to what the reference (:class:`ReferenceEpochs`) reaches
     in the same run.
 
     The cache is built afresh from the training files with ``build_cache`` and stays where it was
@@ -548,7 +544,7 @@ def check_speed(build_cache: BuildCache, cached_batches: CachedBatches, *, point
     _require_cache(cache, files, secret)
     verify = timed_batches_check(size)
     candidate = checks.timed(
-        cached_batches, _epochs(cache, size, device, secret), verify, via=pull_batches
+        cached_batches, _epochs(size, device, secret, cache), verify, via=pull_batches
     )
     with captured_stderr():
         verify((), candidate())
@@ -564,10 +560,8 @@ def check_speed(build_cache: BuildCache, cached_batches: CachedBatches, *, point
 
     return checks.relative_speedup(
         targets.goal(TARGETS, "throughput"),
-        checks.timed_alike(cached_batches, baseline_epoch, _epochs(files, size, device, secret)),
-        checks.timed_alike(
-            cached_batches, reference_epoch, _epochs(DecodedFiles(files), size, device, secret)
-        ),
+        checks.timed_alike(cached_batches, baseline_epoch, _epochs(size, device, secret, files)),
+        checks.timed_alike(cached_batches, ReferenceEpochs(files), _epochs(size, device, secret)),
         candidate,
         points=points,
         not_gradable=no_file_opened,
