@@ -258,14 +258,23 @@ def _dihedral(x: Tensor, g: torch.Generator) -> Tensor:
 def train_and_evaluate(
     block: BlockFactory, seed: int, size: TrainSize | None = None, smoke: bool | None = None
 ) -> float:
-    """Train ``classifier(block)`` briefly on the inspection set; return test accuracy.
+    """Train ``classifier(block)`` briefly on the inspection set; return test accuracy."""
+    size = size or sizes().train
+    _, _, x_test, y_test = datasets.inspection_tensors(size.image, "image", smoke)
+    return models.accuracy(trained_classifier(block, seed, size, smoke), x_test, y_test)
+
+
+def trained_classifier(
+    block: BlockFactory, seed: int, size: TrainSize | None = None, smoke: bool | None = None
+) -> nn.Module:
+    """``classifier(block)`` after a brief training on the inspection set, in eval mode.
 
     AdamW, batches drawn without replacement (epoch after epoch), each batch randomly rotated
     or flipped. Weights, batch order and augmentation come from ``seed``; the global RNG is
     left as it was.
     """
     size = size or sizes().train
-    x_train, y_train, x_test, y_test = datasets.inspection_tensors(size.image, "image", smoke)
+    x_train, y_train, _, _ = datasets.inspection_tensors(size.image, "image", smoke)
     g = torch.Generator().manual_seed(seed)
     epochs = -(-size.steps * size.batch // len(x_train))
     order = torch.cat([torch.randperm(len(x_train), generator=g) for _ in range(epochs)])
@@ -277,7 +286,34 @@ def train_and_evaluate(
         torch.manual_seed(seed)
         model = classifier(block, size.widths)
         models.train_steps(model, batches, size.steps, lr=size.lr)
-    return models.accuracy(model, x_test, y_test)
+    return model.eval()
+
+
+def predicted_classes(model: nn.Module, x: Tensor, batch_size: int = 256) -> Tensor:
+    """``model``'s class for each image of ``x``, in eval mode, without gradients."""
+    model.eval()
+    with torch.no_grad():
+        return torch.cat(
+            [model(x[i : i + batch_size]).argmax(dim=1) for i in range(0, len(x), batch_size)]
+        )
+
+
+def parameter_count(module: nn.Module) -> int:
+    return int(sum(p.numel() for p in module.parameters()))
+
+
+def eval_output(module: nn.Module, x: Tensor) -> Tensor:
+    """``module(x)`` in eval mode, without gradients."""
+    module.eval()
+    with torch.no_grad():
+        return module(x)
+
+
+def flops_of(module: nn.Module, x: Tensor) -> int:
+    """FlopCounterMode's count of ``module(x)`` in eval mode."""
+    module.eval()
+    with torch.no_grad():
+        return measure.count_flops(lambda: module(x))
 
 
 def roofline_point(flops: int, nbytes: int, seconds: float) -> tuple[float, float]:
@@ -293,6 +329,14 @@ def _draw(gen: torch.Generator, low: int, high: int, count: int = 1) -> list[int
     return [int(v) for v in torch.randint(low, high, (count,), generator=gen)]
 
 
+# Every check runs in the judge. Shapes, outputs and the FLOP formula are checked on data;
+# parameter counts, FlopCounterMode's count and the training run come from the worker
+# (checks.beside: the worker's word, docs/grading.md); test accuracy is computed here from the
+# trained model's predictions on the test split.
+JUDGED = ("block", "flops_formula", "flops_ratio", "accuracy")
+VOUCHED = {"test_block_visible": "block", "test_flops_visible": "flops_formula"}
+
+
 def check_block(block: BlockFactory, *, points: float) -> float:
     """Output shapes and exact parameter counts of ``block`` on 4 fresh configurations."""
     gen = checks.secret_generator()
@@ -303,12 +347,12 @@ def check_block(block: BlockFactory, *, points: float) -> float:
             built = block(c_in, c_out, stride)
             out = built(torch.randn(2, c_in, side, side, generator=gen))
         want = (2, c_out, out_size(side, stride), out_size(side, stride))
-        if tuple(out.shape) != want:
+        if not isinstance(out, Tensor) or tuple(out.shape) != want:
             raise checks.CheckFailed(
-                f"{c_in}->{c_out}, stride {stride}, {side}x{side}: shape {tuple(out.shape)}, "
-                f"expected {want}"
+                f"{c_in}->{c_out}, stride {stride}, {side}x{side}: shape "
+                f"{tuple(getattr(out, 'shape', ()))}, expected {want}"
             )
-        n = sum(p.numel() for p in built.parameters())
+        n = checks.beside(built, parameter_count)
         expected = expected_parameters("efficient", c_in, c_out)
         if n != expected:
             raise checks.CheckFailed(f"{c_in}->{c_out}: {n} parameters, expected {expected}")
@@ -325,9 +369,9 @@ def check_flops_formula(efficient_block_flops: Callable[..., int], *, points: fl
         want = expected_flops("efficient", c_in, c_out, side, side + 1, stride, batch).total
         with captured_stderr():
             got = efficient_block_flops(c_in, c_out, side, side + 1, stride, batch)
-        if got != want:
+        if type(got) not in (int, float) or got != want:
             raise checks.CheckFailed(
-                f"{c_in}->{c_out} on {batch}x{side}x{side + 1}, stride {stride}: {got}, "
+                f"{c_in}->{c_out} on {batch}x{side}x{side + 1}, stride {stride}: {got!r}, "
                 f"expected {want}"
             )
     print("the FLOP formula is exact on 6 fresh configurations")
@@ -342,21 +386,30 @@ def check_flops_ratio(block: BlockFactory, *, points: float) -> float:
     (side,) = _draw(gen, 40, 64)
     xs = torch.randn(1, 128, side, side, generator=gen)
     with captured_stderr():
-        mine = block(128, 128, 1).eval()
-        theirs = baseline_block(128, 128).eval()
-        with torch.no_grad():
-            same = mine(xs).shape == theirs(xs).shape
-    if not same:
+        mine = block(128, 128, 1)
+        theirs = baseline_block(128, 128)
+        out = checks.beside(mine, eval_output, xs)
+    if not isinstance(out, Tensor) or out.shape != eval_output(theirs, xs).shape:
         raise checks.CheckFailed("the block must keep C and the image size")
-    n = sum(p.numel() for p in mine.parameters())
+    n = checks.beside(mine, parameter_count)
     if n != expected_parameters("efficient", 128, 128):
         raise checks.CheckFailed(f"{n} parameters: not the block")
 
     def flops_ratio() -> float:
-        with torch.no_grad():
-            return measure.count_flops(lambda: theirs(xs)) / measure.count_flops(lambda: mine(xs))
+        return flops_of(theirs, xs) / max(int(checks.beside(mine, flops_of, xs)), 1)
 
     return checks.value(targets.goal(TARGETS, "flops_ratio"), flops_ratio, points=points)
+
+
+def split_accuracy(model: Any, size: TrainSize | None = None) -> float:
+    """Accuracy of ``model`` (here, or in the judge's worker) on the inspection test split,
+    computed here from the classes it predicts."""
+    size = size or sizes().train
+    _, _, x_test, y_test = datasets.inspection_tensors(size.image, "image", None)
+    predicted = checks.beside(model, predicted_classes, x_test)
+    if not isinstance(predicted, Tensor) or predicted.shape != y_test.shape:
+        raise checks.CheckFailed("the trained classifier does not give one class per image")
+    return float((predicted == y_test).float().mean())
 
 
 def check_accuracy(block: BlockFactory, *, points: float) -> float:
@@ -365,9 +418,11 @@ def check_accuracy(block: BlockFactory, *, points: float) -> float:
     its drop against :func:`baseline_block` trained the same way (``accuracy_drop``)."""
     seed = checks.secret_seed()
     with captured_stderr():
+        mine = checks.beside(block, trained_classifier, seed, keep=True)
+        standard = trained_classifier(baseline_block, seed)
         accuracy = {
-            "efficient": train_and_evaluate(block, seed),
-            "standard": train_and_evaluate(baseline_block, seed),
+            "efficient": split_accuracy(mine),
+            "standard": split_accuracy(standard),
         }
     print(f"test accuracy: standard {accuracy['standard']:.3f}, yours {accuracy['efficient']:.3f}")
     drop = accuracy["standard"] - accuracy["efficient"]
