@@ -2,6 +2,7 @@
 extra threads cost their CPU time, a frozen worker uses nothing, a hung one is killed."""
 
 import operator
+import os
 import time
 
 import pytest
@@ -162,3 +163,21 @@ def test_a_result_kept_in_the_worker_is_driven_there(make_worker):
     timed = checks.timed(kept, lambda: (torch.tensor(2),), via=operator.mul)
     assert torch.equal(timed(), torch.arange(4) * 2)
     assert timed.time_block(3) > 0
+
+
+def test_the_graders_code_runs_in_a_twin_the_submission_cannot_reach(make_worker):
+    from ptcourse.grading import checks
+
+    worker = make_worker()
+    run(worker, "import os\nos.environ['PATCHED'] = '1'\ndef f(x):\n    return x")
+    answer = worker.request("lookup", "f")
+    # The twin is another sandboxed process: what the notebook did to its own is not there.
+    assert checks.run_alike(answer, os.getenv, "PATCHED") is None
+    assert worker.request("call", os.getenv, ("PATCHED",), {}, False)["value"] == "1"
+    assert worker.trusted is not None and worker.trusted.process.pid != worker.process.pid
+    model = torch.nn.Linear(4, 2)
+    baseline = checks.timed_alike(answer, model, lambda: (torch.randn(3, 4),), inference=True)
+    assert baseline.time_block(4) > 0
+    assert baseline.worker is worker.trusted and id(model) in worker.trusted.mirrors
+    worker.kill()
+    assert worker.trusted.process is None  # killed with the student's worker
