@@ -16,6 +16,8 @@ repeatable (the notebook's setup cell and the memory check call it).
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,12 +37,20 @@ from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("04")
 
+# The checks the judge runs outside the student's process: the step is called in the worker on
+# the judge's models and batches (mirrored: the gradients come back); the AMP check's autocast
+# dtype and the memory check's gradients are read in the worker (checks.beside).
+JUDGED = ("gradients", "amp", "memory")
+# Quick-test cells whose points the judge's check of the same answer must vouch for.
+VOUCHED = {"test_accumulation_visible": "gradients", "test_amp_visible": "amp"}
 LAB04_CUDA = "CUDA allocator stats — NOT measured (no GPU when this lab was written)"
 TARGETS: tuple[Target, ...] = (
     # Peak memory of one step, batch 64 in 4 micro-batches vs one batch (conv_net, 16 ch, no BN;
     # 64x64 images, 32x32 in smoke). CPU: sampled RSS with glibc thresholds pinned at 128 kB
-    # (measure.rss_follows_tensors, called by the setup cell and the check); without pinning the
-    # ratio varied 1.6x-8.6x with what ran before.
+    # (measure.rss_follows_tensors, called by the setup cell and the check; in the judge by the
+    # worker and its twin before each reading); without pinning the ratio varied 1.6x-8.6x with
+    # what ran before. In the judge: the candidate's RSS in the worker, the baseline's in the
+    # trusted twin, each sampled by the judge.
     Target("04", "peak_memory", "cpu", "memory_ratio", 3.0, 1.3,
            "tools/measure/lab04_grad_accumulation.py, 5 runs per mode, each in a fresh process: "
            "3.95–3.99x, median 3.99 (84.1 → 21.1 MB); smoke 3.84–3.90x, median 3.86 "
@@ -276,23 +286,34 @@ def amp_check(
     expected.backward()
     reference = gradients(model)
 
-    seen: list[torch.dtype] = []
-    hook = model[0].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
-    scaler = torch.amp.GradScaler(device, init_scale=2.0**10)
-    try:
-        got, loss = grads_after(step, model, F.cross_entropy, x, y, accum_steps, scaler=scaler)
-    finally:
-        hook.remove()
-    scale = float(scaler.get_scale())
+    init_scale = 2.0**10
+    dtype_seen = checks.beside(step, first_layer_dtype, model, x, y, accum_steps, init_scale)
+    scaler = torch.amp.GradScaler(device, init_scale=init_scale)
+    got, loss = grads_after(step, model, F.cross_entropy, x, y, accum_steps, scaler=scaler)
+    scale = float(scaler.get_scale())  # the step scales its losses; it does not update the scale
     unscaled = [grad / scale for grad in got]
     return AmpCheck(
         relative_error=relative_error(unscaled, reference),
-        dtype_seen=seen[0] if seen else None,
+        dtype_seen=dtype_seen,
         expected_dtype=torch.get_autocast_dtype(device),
         scale=scale,
         loss=float(loss),
         expected_loss=expected.item(),
     )
+
+
+def first_layer_dtype(
+    step: Step, model: nn.Module, x: Tensor, y: Tensor, accum_steps: int, init_scale: float
+) -> torch.dtype | None:
+    """The dtype the first layer of ``model`` (a copy of it) produced while ``step`` ran with a
+    GradScaler. A diagnostic run beside the answer: in the judge a hook on its own copy of the
+    model would not see the worker run, so this runs there (and is the worker's word)."""
+    model = copy.deepcopy(model)
+    seen: list[torch.dtype] = []
+    model[0].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    scaler = torch.amp.GradScaler(x.device.type, init_scale=init_scale)
+    step(model, F.cross_entropy, x, y, accum_steps, scaler=scaler)
+    return seen[0] if seen else None
 
 
 def step_variants(
@@ -459,39 +480,73 @@ def check_amp(step: Step, *, points: float) -> float:
     return float(points)
 
 
-def _memory_problem(device: str, seed: int) -> tuple[nn.Module, Tensor, Tensor]:
-    """The memory check's conv net and batch (:func:`sizes`), weights and inputs from ``seed``."""
-    size = sizes()
-    net = seeded(lambda: conv_net(size.channels), seed).to(device)
-    x, y = images(size.batch, size.image, generator=generator(seed))
-    return net, x.to(device), y.to(device)
+def _memory_net(device: str, seed: int) -> nn.Module:
+    """The memory check's conv net (:func:`sizes`), weights from ``seed``."""
+    return seeded(lambda: conv_net(sizes().channels), seed).to(device)
+
+
+def step_from_zero(step: Step, model: nn.Module, x: Tensor, y: Tensor, *args: Any) -> None:
+    """What the memory check measures: ``step(model, cross_entropy, x, y, *args)`` from zero
+    gradients (set to None), so that the gradients it leaves are this call's alone."""
+    model.zero_grad(set_to_none=True)
+    step(model, F.cross_entropy, x, y, *args)
+
+
+def gradients_left(step: Step, model: nn.Module) -> list[Tensor]:
+    """:func:`gradients` of ``model`` where ``step`` runs (in the judge: what the measured call
+    left in the worker's copy of the model, read there)."""
+    return gradients(model)
+
+
+class FreshBatches:
+    """The memory check's arguments: the model, a new batch from ``seed`` at every call, and
+    ``extra`` (the micro-batches); ``last`` is the latest batch handed out."""
+
+    def __init__(self, model: nn.Module, device: str, seed: int, *extra: int) -> None:
+        self.model, self.device, self.extra = model, device, extra
+        self.draw = generator(seed)
+        self.last: tuple[Tensor, Tensor] | None = None
+
+    def __call__(self) -> tuple[Any, ...]:
+        size = sizes()
+        x, y = images(size.batch, size.image, generator=self.draw)
+        self.last = (x.to(self.device), y.to(self.device))
+        return (self.model, *self.last, *self.extra)
 
 
 def check_memory(step: Step, *, points: float) -> float:
     """Partial credit: how many times less peak memory one step of :func:`sizes`' batch needs
     in ``accum_steps`` micro-batches (``step``) than as one batch (:func:`baseline_step`),
-    against the ``peak_memory`` row; the measured step must also leave the batch's gradients
-    (relative error < 1e-3)."""
+    against the ``peak_memory`` row; each measured on a fresh batch (in the judge: the
+    candidate in the worker, the baseline in its trusted twin). The measured step must also
+    leave that batch's gradients (relative error < 1e-3), read where it ran."""
     goal = targets.goal(TARGETS, "peak_memory")
-    net, x, y = _memory_problem(goal.track.device, checks.secret_seed())
-    grads: dict[str, list[Tensor]] = {}
-
-    def measured(name: str, run_step: Step, *args: int) -> Callable[[], None]:
-        def run() -> None:
-            net.zero_grad(set_to_none=True)
-            run_step(net, F.cross_entropy, x, y, *args)
-            grads[name] = gradients(net)
-
-        return run
-
+    device, seed = goal.track.device, checks.secret_seed()
+    net = _memory_net(device, seed)
     measure.rss_follows_tensors()
-    baseline = measured("one batch", baseline_step)
-    candidate = measured("accumulated", step, sizes().accum_steps)
+    batches = FreshBatches(net, device, seed + 1, sizes().accum_steps)
+    candidate = checks.timed(step, batches, via=step_from_zero)
+    baseline = checks.timed_alike(
+        step, functools.partial(step_from_zero, baseline_step), FreshBatches(net, device, seed + 2)
+    )
+    # The notebook's setup cell pins glibc's thresholds before any big tensor; the judge's twin
+    # runs no notebook, so it is pinned here, before its first step (pinned after one, the
+    # baseline's peak read 23-39 MB instead of 20 MB: a baseline copy earned partial credit).
+    checks.run_alike(step, measure.rss_follows_tensors)
     with captured_stderr():
         baseline(), candidate()  # warm-up
+    _require_gradients(step, net, batches.last, "the accumulated step")
     earned = checks.memory(goal, baseline, candidate, points=points)
-    if not relative_error(grads["accumulated"], grads["one batch"]) < 1e-3:
-        raise checks.CheckFailed(
-            "the measured accumulated step did not produce the full batch's gradients"
-        )
+    _require_gradients(step, net, batches.last, "the measured accumulated step")
     return earned
+
+
+def _require_gradients(
+    step: Step, net: nn.Module, batch: tuple[Tensor, Tensor] | None, what: str
+) -> None:
+    """The gradients the last call of ``step`` left in ``net`` (read where it ran) are the full
+    ``batch``'s (relative error < 1e-3), computed here by :func:`baseline_step` on a copy."""
+    got = checks.beside(step, gradients_left, net)
+    want, _ = grads_after(baseline_step, copy.deepcopy(net), F.cross_entropy, *batch)
+    if not relative_error(got, want) < 1e-3:
+        raise checks.CheckFailed(f"{what} did not produce the full batch's gradients")
