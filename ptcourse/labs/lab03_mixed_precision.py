@@ -4,13 +4,16 @@ the graders' checks.
 
 The graders never trust the notebook: they build fresh models from secret seeds, compare a
 student's step with :func:`baseline_step` run on an identical copy, and read the dtypes autocast
-produced with forward hooks (:class:`Probe`). Speed is graded against :func:`reference_step`
-timed in the same run (``checks.relative_speedup``); where bf16 does not pay off on this machine
-the speed cells grade that autocast is in effect instead, and say so.
+produced with forward hooks (:class:`Probe`, made beside the step by :class:`ProbedStep`: in
+the judge the step runs in the sandboxed worker, and so does the probe). Speed is graded against
+:func:`reference_step` timed in the same run (``checks.relative_speedup``), every timed step on
+a fresh batch; where bf16 does not pay off on this machine the speed cells grade that autocast
+is in effect instead, and say so.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from collections.abc import Callable, Iterator
@@ -223,16 +226,77 @@ class Probe:
 
     def fraction(self, dtype: torch.dtype) -> float:
         """Share of the recorded outputs in ``dtype`` (0 if nothing ran)."""
-        if not self.dtypes:
-            return 0.0
-        return sum(d == dtype for d in self.dtypes) / len(self.dtypes)
+        return _share(self.dtypes, dtype)
 
     def summary(self) -> str:
-        counts: dict[str, int] = {}
-        for d in self.dtypes:
-            counts[str(d).removeprefix("torch.")] = counts.get(str(d).removeprefix("torch."), 0) + 1
-        parts = ", ".join(f"{n} × {name}" for name, n in counts.items()) or "nothing ran"
-        return f"{len(self.modules)} Linear/Conv layers; outputs seen: {parts}"
+        return _outputs_seen(len(self.modules), self.dtypes)
+
+
+def _share(dtypes: list[torch.dtype], dtype: torch.dtype) -> float:
+    return sum(d == dtype for d in dtypes) / len(dtypes) if dtypes else 0.0
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _outputs_seen(layers: int, dtypes: list[torch.dtype]) -> str:
+    counts = collections.Counter(_dtype_name(d) for d in dtypes)
+    parts = ", ".join(f"{n} × {name}" for name, n in counts.items()) or "nothing ran"
+    return f"{layers} Linear/Conv layers; outputs seen: {parts}"
+
+
+class ProbedStep:
+    """``step`` with a :class:`Probe` on the model of every call, made where the step runs.
+
+    The graders make it with ``checks.beside(step, ProbedStep, keep=True)``: in the judge the
+    step runs in the sandboxed worker, where hooks on the judge's copy of a model would see
+    nothing, so the probe lives there and :func:`seen_by` reads what it saw (what the worker
+    reports: dtypes are a diagnostic; losses, gradients and updates are checked in the judge).
+    """
+
+    def __init__(self, step: Callable[..., Any]) -> None:
+        self.step = step
+        self.seen: dict[str, Any] = {"layers": 0, "outputs": [], "weights": [], "grads": []}
+
+    def __call__(self, model: nn.Module, *args: Any) -> Any:
+        with Probe(model) as probe:
+            loss = _call(self.step, model, *args)
+        params = list(model.parameters())
+        self.seen = {
+            "layers": len(probe.modules),
+            "outputs": [*self.seen["outputs"], *probe.dtypes],
+            "weights": [p.dtype for p in params],
+            "grads": [p.grad.dtype for p in params if p.grad is not None],
+        }
+        return loss
+
+
+def seen_by(probed: ProbedStep) -> dict[str, Any]:
+    """What ``probed`` saw: Linear/Conv output dtypes of every call, and the parameter and
+    gradient dtypes after the last one (data, so the judge can read it)."""
+    return dict(probed.seen)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a :class:`ProbedStep` reported."""
+
+    layers: int
+    outputs: list[torch.dtype]
+    weights: list[torch.dtype]
+    grads: list[torch.dtype]
+
+    @classmethod
+    def of(cls, probed: Any) -> Seen:
+        """Read ``probed`` (a :class:`ProbedStep` here or in the judge's worker)."""
+        return cls(**checks.beside(probed, seen_by))
+
+    def fraction(self, dtype: torch.dtype) -> float:
+        return _share(self.outputs, dtype)
+
+    def summary(self) -> str:
+        return _outputs_seen(self.layers, self.outputs)
 
 
 def dtype_table(model: nn.Module, x: Tensor, dtype: torch.dtype = torch.bfloat16) -> list[tuple]:
@@ -478,12 +542,11 @@ def amp_step_report(
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
     gen = torch.Generator().manual_seed(seed + 1)
     report = Report("your step", dtype)
-    probe = Probe(model)
+    probed = checks.beside(step, ProbedStep, keep=True)
     grad_err, loss_err, where, finite = 0.0, 0.0, "", True
     for _ in range(steps):
         x, y = problem.batch(size, gen, device)
-        with probe:
-            loss = _call(step, model, opt, x, y)
+        loss = probed(model, opt, x, y)
         ref_loss = baseline_step(ref, ref_opt, x, y)
         try:
             value = float(loss)
@@ -494,14 +557,15 @@ def amp_step_report(
         err, name = _max_grad_error(model, ref)
         if not err <= grad_err:
             grad_err, where = err, name
-    report.lowp_fraction = probe.fraction(dtype)
+    seen = Seen.of(probed)
+    report.lowp_fraction = seen.fraction(dtype)
     report.add("returns a finite loss close to fp32's", finite and loss_err <= GRAD_TOLERANCE,
                f"largest relative difference {loss_err:.2g}")  # fmt: skip
     params = list(model.parameters())
-    weight_dtypes = {str(p.dtype).removeprefix("torch.") for p in params}
+    weight_dtypes = {_dtype_name(d) for d in seen.weights}
     report.add("master weights stay fp32", weight_dtypes == {"float32"},
                f"parameter dtypes {sorted(weight_dtypes)}")  # fmt: skip
-    grad_dtypes = {str(p.grad.dtype).removeprefix("torch.") for p in params if p.grad is not None}
+    grad_dtypes = {_dtype_name(d) for d in seen.grads}
     report.add("gradients are fp32", grad_dtypes == {"float32"},
                f"gradient dtypes {sorted(grad_dtypes) or 'none'}")  # fmt: skip
     within = f"gradients within {GRAD_TOLERANCE:.0%} of the fp32 step's"
@@ -532,11 +596,10 @@ def scaled_step_report(step: Callable[..., Any], seed: int, device: str | None =
     model, ref = problem.model(size, seed, device), problem.model(size, seed, device)
     start = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    scaler = torch.amp.GradScaler(device, init_scale=2.0**16)
-    with Probe(model) as probe:
-        _call(step, model, opt, scaler, x, y)
+    probed = checks.beside(step, ProbedStep, keep=True)
+    probed(model, opt, checks.beside(step, new_scaler, device, 2.0**16, keep=True), x, y)
     baseline_step(ref, torch.optim.SGD(ref.parameters(), lr=0.5), x, y)
-    report.lowp_fraction = probe.fraction(torch.float16)
+    report.lowp_fraction = Seen.of(probed).fraction(torch.float16)
     err, where = _max_grad_error(model, ref)
     report.add("gradients are unscaled (close to fp32's) after the step", err <= GRAD_TOLERANCE,
                f"worst relative error {err:.2g}" + (f" ({where})" if where else ""))  # fmt: skip
@@ -553,7 +616,7 @@ def scaled_step_report(step: Callable[..., Any], seed: int, device: str | None =
     start = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     huge = 2.0**32
-    scaler = torch.amp.GradScaler(device, init_scale=huge)
+    scaler = checks.beside(step, new_scaler, device, huge, keep=True)
     _call(step, model, opt, scaler, x, y)
     unchanged = all(
         torch.equal(p.detach(), s) for p, s in zip(model.parameters(), start, strict=True)
@@ -561,10 +624,21 @@ def scaled_step_report(step: Callable[..., Any], seed: int, device: str | None =
     report.add("an overflowing step is skipped (scaler.step)", unchanged,
                "weights unchanged" if unchanged else "weights changed, but at scale 2**32 the "
                "scaled gradients overflow fp16 and scaler.step must skip the step")  # fmt: skip
-    scale = scaler.get_scale()
+    scale = checks.beside(scaler, current_scale)
     report.add("the scale backs off after an overflow (scaler.update)", scale == huge / 2,
                f"scale {huge:g} → {scale:g} (expected {huge / 2:g})")  # fmt: skip
     return report
+
+
+def new_scaler(_step: Any, device: str, init_scale: float) -> torch.amp.GradScaler:
+    """A GradScaler made beside the step (``checks.beside(step, new_scaler, …, keep=True)``):
+    in the judge it lives in the worker, where the step updates it, and :func:`current_scale`
+    reads it there."""
+    return torch.amp.GradScaler(device, init_scale=init_scale)
+
+
+def current_scale(scaler: torch.amp.GradScaler) -> float:
+    return float(scaler.get_scale())
 
 
 def timed_models(
@@ -673,8 +747,10 @@ def check_image_speed(amp_step: Callable[..., Any], *, points: float) -> float:
 def _speed(which: str, step: Callable[..., Any], points: float, seed: int) -> float:
     """Autocast must be in effect (every Linear/Conv output bf16, a finite loss, weights
     updated). Where bf16 is fast, the step's speedup over :func:`baseline_step` is then graded
-    relative to :func:`reference_step` in the same run; where it is not (the cpu-basic track, or
-    a reference that does not clear the floor here), the points grade autocast in effect."""
+    relative to :func:`reference_step` in the same run, each step on fresh batches (the
+    baseline and the reference timed like the step: in the judge, in a trusted twin of its
+    worker); where it is not (the cpu-basic track, or a reference that does not clear the floor
+    here), the points grade autocast in effect."""
     here = track()
     base_model, model, ref_model, x, y = timed_models(which, seed, here.device, copies=3)
     opt, base_opt, ref_opt = (
@@ -703,22 +779,46 @@ def _speed(which: str, step: Callable[..., Any], points: float, seed: int) -> fl
         )
     return checks.relative_speedup(
         goal(f"{which}_step"),
-        lambda: baseline_step(base_model, base_opt, x, y),
-        lambda: reference_step(ref_model, ref_opt, x, y),
-        lambda: step(model, opt, x, y),
+        checks.timed_alike(step, baseline_step, fresh_batches(which, base_model, base_opt, seed)),
+        checks.timed_alike(step, reference_step, fresh_batches(which, ref_model, ref_opt, seed)),
+        checks.timed(step, fresh_batches(which, model, opt, seed), _plausible_loss),
         points=points,
         not_gradable=technique,
     )
 
 
+def fresh_batches(
+    which: str, model: nn.Module, opt: torch.optim.Optimizer, seed: int
+) -> Callable[[], tuple[Any, ...]]:
+    """``model``, ``opt`` and a new batch of the timed ``which`` step at every call (what the
+    judge times; the same batches, in order, for the baseline, the reference and the step)."""
+    s, device = sizes(track().name), track().device
+    gen = torch.Generator().manual_seed(seed + 2)
+    if which == "text":
+        problem = text_problem(s.text.seq_len)
+        return lambda: (model, opt, *problem.batch(s.text, gen, device))
+    return lambda: (model, opt, *image_batch(s.image, gen, device))
+
+
+def _plausible_loss(args: tuple[Any, ...], loss: Any) -> None:
+    """A timed step's loss: a finite cross-entropy, not skipped work (None) or garbage."""
+    try:
+        value = float(loss)
+    except (TypeError, ValueError, RuntimeError):
+        value = math.nan
+    if not (math.isfinite(value) and 0.0 < value < 20.0):
+        raise checks.CheckFailed(f"a timed step returned the loss {loss!r}: not a training step")
+
+
 def autocast_share(
     which: str, step: Callable[..., Any], model: nn.Module, opt: Any, x: Tensor, y: Tensor
 ) -> float:
-    """One step under the probe: the share of bf16 Linear/Conv outputs (0 unless the loss is
-    finite and the weights moved)."""
+    """One step under the probe (made beside the step: in the judge's worker): the share of
+    bf16 Linear/Conv outputs, 0 unless the loss is finite and the weights moved (read here)."""
     start = [p.detach().clone() for p in model.parameters()]
-    with Probe(model) as probe:
-        loss = _call(step, model, opt, x, y)
+    probed = checks.beside(step, ProbedStep, keep=True)
+    loss = probed(model, opt, x, y)
+    seen = Seen.of(probed)
     try:
         finite = math.isfinite(float(loss))
     except (TypeError, ValueError, RuntimeError):
@@ -727,10 +827,10 @@ def autocast_share(
         not torch.equal(p.detach(), s) for p, s in zip(model.parameters(), start, strict=False)
     )
     print(
-        f"{which} step: {probe.summary()}; loss {'finite' if finite else 'NOT finite'}; "
+        f"{which} step: {seen.summary()}; loss {'finite' if finite else 'NOT finite'}; "
         f"{'weights updated' if stepped else 'weights NOT updated'}"
     )
-    return probe.fraction(torch.bfloat16) if finite and stepped else 0.0
+    return seen.fraction(torch.bfloat16) if finite and stepped else 0.0
 
 
 def check_accuracy(amp_step: Callable[..., Any], *, points: float) -> float:
@@ -752,6 +852,12 @@ def iter_rows(rows: list[UnderflowRow]) -> Iterator[str]:
         yield f"{r.loss_weight:>11g}  {r.precision:<13}{r.lost:>14.2%}{r.error:>16.3g}"
 
 
+# The checks the judge runs outside the student's process, and the quick tests they vouch for.
+# Which dtypes autocast produced, the parameter and gradient dtypes and the GradScaler's scale
+# are read in the worker (checks.beside, see docs/grading.md); losses, gradients, weight updates,
+# skipped steps, accuracy and time are the judge's.
+JUDGED = ("amp_step", "text_speed", "image_speed", "accuracy", "scaled_step")
+VOUCHED = {"test_amp_step_quick": "amp_step", "test_scaled_step_quick": "scaled_step"}
 SCRIPT = "tools/measure/lab03_mixed_precision.py"
 AMP_SAPPHIRE = (
     "a course author's measurement on a 2-core Intel Sapphire Rapids VM (AMX), 2026-12-02, "

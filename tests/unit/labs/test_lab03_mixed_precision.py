@@ -149,3 +149,59 @@ def test_accuracy_check_passes_autocast_and_fails_a_step_that_does_not_learn(sec
 
     with pytest.raises(checks.CheckFailed):
         amp.check_accuracy(frozen, points=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# In the judge: the steps run in a worker, where the probe and the GradScaler must live too
+
+
+@pytest.fixture
+def worker(tmp_path):
+    """A judge's worker (sandboxed where bubblewrap is) with the notebook's two exercises."""
+    import sys
+    from pathlib import Path
+
+    from ptcourse.course.paths import BUILD, ROOT
+    from ptcourse.judge import sandbox
+    from ptcourse.judge.remote import WorkerProcess
+
+    (tmp_path / "submission").mkdir()
+    started = WorkerProcess(
+        tmp_path / "submission",
+        tmp_path / "scratch",
+        {"PTCOURSE_SMOKE": "1", "PTCOURSE_TRACK": "cpu-basic"},
+        [ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()],
+        [BUILD],
+        sandboxed=sandbox.unavailable() is None,
+    ).start()
+    cell = (
+        "import torch\nimport torch.nn.functional as F\n"
+        "from ptcourse.labs import lab03_mixed_precision as amp\n"
+        "amp_step, scaled_step = amp.reference_step, amp.reference_scaled_step\n"
+        "def without_update(model, optimizer, scaler, x, y):\n"
+        "    with torch.autocast(device_type=x.device.type, dtype=torch.float16):\n"
+        "        loss = F.cross_entropy(model(x), y)\n"
+        "    optimizer.zero_grad(set_to_none=True)\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n"
+        "    return loss.detach()\n"
+    )
+    outputs = started.request("cell", cell, 0)["outputs"]
+    assert not [o for o in outputs if o["output_type"] == "error"], outputs
+    yield started
+    started.kill()
+
+
+def test_judged_checks_read_what_ran_in_the_worker(worker, secret):
+    from ptcourse.judge.remote import Remote
+
+    amp_step, scaled, without_update = (
+        worker.request("lookup", name) for name in ("amp_step", "scaled_step", "without_update")
+    )
+    assert isinstance(amp_step, Remote)
+    # hooks on the judge's copy of the model would see no bf16 output: score 0
+    assert amp.check_amp_step(amp_step, points=3) == 3
+    assert amp.check_text_speed(amp_step, points=3) == 3  # cpu-basic: autocast in effect
+    # the GradScaler lives in the worker, where the step updates it
+    assert amp.check_scaled_step(scaled, points=3) == 3
+    assert amp.check_scaled_step(without_update, points=3) == 1.5
