@@ -282,3 +282,42 @@ def test_check_speed_with_dali_times_the_pipeline_against_the_pil_loader(smoke, 
             dali_pipeline.check_speed(_graph(layout="HWC"), _unanswered, points=4)
         with pytest.raises(checks.CheckFailed, match="zero credit"):
             dali_pipeline.check_speed(_pil_in_dali(), _unanswered, points=4)
+
+
+def test_check_tvio_visible_grades_tvio_batch_on_every_track(smoke):
+    assert dali_pipeline.check_tvio_visible(_tvio_batch, points=1) == 1.0
+    with pytest.raises(checks.CheckFailed, match="tvio_batch does not match"):
+        dali_pipeline.check_tvio_visible(_unnormalised, points=1)
+
+
+@needs_dali
+def test_the_reference_pipeline_is_the_notebooks_answer(files):
+    from nvidia.dali import pipeline_def
+
+    ours = pipeline_def(dali_pipeline.reference_inspection_pipeline)
+    for graph_train in (False, True):
+        built = [
+            dali_pipeline.sync_pipeline(g, files, 8, train=graph_train, shuffle=False, seed=3)
+            for g in (ours, _graph())
+        ]
+        for _ in range(2):
+            (x, y), (want_x, want_y) = (dali_pipeline.run_batch(pipe) for pipe in built)
+            assert torch.equal(x, want_x) and torch.equal(y, want_y)
+    reference = dali_pipeline.ReferencePipeline(files, 8, 0, None)
+    assert [len(y) for _, y in reference(2)] == [8, 8]
+
+
+@needs_dali
+def test_timed_batches_must_be_fresh_and_the_graph_dali_operators(files):
+    pipe = dali_pipeline.training_pipeline(_graph(), files, 8, 0, None)
+    verify = dali_pipeline.timed_batches_check(8, 1, "cpu")
+    first = dali_pipeline.run_batches(pipe, 1)
+    verify((), first)
+    verify((), dali_pipeline.run_batches(pipe, 1))
+    with pytest.raises(checks.CheckFailed, match="delivered before"):
+        verify((), first)
+    with pytest.raises(checks.CheckFailed, match="batch"):
+        verify((), [])
+    assert "decoders__Image" in dali_pipeline.pipeline_operators(pipe)
+    python = dali_pipeline.training_pipeline(_pil_in_dali(), files, 8, 0, None)
+    assert any("Python" in op for op in dali_pipeline.pipeline_operators(python))
