@@ -348,3 +348,78 @@ def test_check_bf16_in_effect_where_bf16_is_slow(graded, monkeypatch):
 def test_check_bf16_speed_with_bf16_hardware(graded):
     assert fusion.check_bf16_speed(to_bf16, points=2) == 2.0  # ~2.6x on Zen 4
     assert scores_zero(fusion.check_bf16_speed, fusion.baseline_to_bf16, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# In the judge: the answers run in a worker; structure, sessions and files are read there
+
+
+@pytest.fixture
+def worker(tmp_path):
+    """A judge's worker (sandboxed where bubblewrap is) holding the reference answers."""
+    import sys
+    from pathlib import Path
+
+    from ptcourse.course.paths import BUILD, ROOT
+    from ptcourse.judge import sandbox
+    from ptcourse.judge.remote import WorkerProcess
+
+    (tmp_path / "submission").mkdir()
+    started = WorkerProcess(
+        tmp_path / "submission",
+        tmp_path / "scratch",
+        {"PTCOURSE_SMOKE": "1"},
+        [ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()],
+        [BUILD],
+        sandboxed=sandbox.unavailable() is None,
+    ).start()
+    cell = (
+        "from ptcourse.labs import lab08_tensorrt as fusion\n"
+        "fuse_conv_bn = fusion.reference_fuse_conv_bn\n"
+        "optimized_session = fusion.reference_optimized\n"
+        "def fuse_unfused(model):\n"
+        "    return fusion.baseline_fuse_conv_bn(model)\n"
+    )
+    outputs = started.request("cell", cell, 0)["outputs"]
+    assert not [o for o in outputs if o["output_type"] == "error"], outputs
+    yield started
+    started.kill()
+
+
+def test_judged_checks_read_structure_and_graphs_in_the_worker(worker, graded):
+    from ptcourse.judge.remote import Remote
+
+    fuse, session, unfused = (
+        worker.request("lookup", name)
+        for name in ("fuse_conv_bn", "optimized_session", "fuse_unfused")
+    )
+    assert isinstance(fuse, Remote)
+    assert fusion.check_fuse(fuse, points=1) == 1.0
+    # the BatchNorms left are counted in the worker (the judge cannot see a Remote's modules)
+    with pytest.raises(checks.CheckFailed, match="BatchNorm modules are left"):
+        fusion.check_fuse(unfused, points=1)
+    # the session and the graph file are made in the worker; the graph comes back as bytes
+    assert fusion.check_ort(session, points=2) == 2.0
+    net = fusion.deployed_model(0)
+    share = fusion.folded_share(net, fuse(net), torch.randn(1, 3, 32, 32))
+    assert share == 1.0
+
+
+def test_calls_timed_in_the_judge_get_blocks_of_at_least_so_many_calls():
+    class Elsewhere(measure.TimedElsewhere):
+        def __init__(self):
+            self.blocks = []
+
+        def __call__(self):
+            return 1
+
+        def time_block(self, calls):
+            self.blocks.append(calls)
+            return 0.001
+
+    call = Elsewhere()
+    blocks = fusion.at_least(128, call)
+    assert blocks() == 1 and blocks.time_block(1) == 0.001 and blocks.time_block(300) == 0.001
+    assert call.blocks == [128, 300]
+    local = lambda: 2  # noqa: E731 - in a notebook the check times plain calls
+    assert fusion.at_least(128, local) is local
