@@ -213,3 +213,14 @@ def test_pulling_batches_from_the_cache_opens_no_file(solution):
     args = ((images, labels), 32, 0, 1, "cpu")
     assert lab01.files_opened(solution.cached_batches, *args) == 0
     assert lab01.files_opened(baseline_batches, *args) >= 32
+
+
+def test_where_speed_is_not_gradable_a_pipeline_that_opens_no_file_earns_the_points(
+    solution, monkeypatch, capsys
+):
+    out_of_reach = dataclasses.replace(lab01.TARGETS[0], target=1000.0, floor=900.0)
+    monkeypatch.setattr(lab01, "TARGETS", (out_of_reach,))
+    assert lab01.check_speed(solution.build_cache, solution.cached_batches, points=4) == 4.0
+    assert "not gradable" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="opened"):
+        lab01.check_speed(solution.build_cache, baseline_batches, points=4)

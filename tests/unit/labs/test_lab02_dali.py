@@ -2,6 +2,8 @@
 and both graders on a right, a wrong and a baseline-equivalent answer (smoke size, fixed secret
 seed; the DALI speed check times real pipelines for a few seconds each)."""
 
+import dataclasses
+
 import pytest
 import torch
 from torchvision.io import decode_jpeg, read_file
@@ -321,3 +323,16 @@ def test_timed_batches_must_be_fresh_and_the_graph_dali_operators(files):
     assert "decoders__Image" in dali_pipeline.pipeline_operators(pipe)
     python = dali_pipeline.training_pipeline(_pil_in_dali(), files, 8, 0, None)
     assert any("Python" in op for op in dali_pipeline.pipeline_operators(python))
+
+
+@needs_dali
+def test_where_speed_is_not_gradable_dali_operators_earn_the_points(smoke, monkeypatch, capsys):
+    rows = tuple(
+        dataclasses.replace(row, target=1000.0, floor=900.0) if row.check == "throughput" else row
+        for row in dali_pipeline.TARGETS
+    )
+    monkeypatch.setattr(dali_pipeline, "TARGETS", rows)
+    assert dali_pipeline.check_speed(_graph(), _unanswered, points=4) == 4.0
+    assert "not gradable" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed, match="not DALI operators only"):
+        dali_pipeline.check_speed(_pil_in_dali(), _unanswered, points=4)
