@@ -189,7 +189,13 @@ class TimedElsewhere:
 
 def _calls_per_block(fn: Callable[[], Any], block_s: float) -> int:
     if isinstance(fn, TimedElsewhere):
-        return max(1, math.ceil(block_s / max(fn.time_block(1), 1e-7)))
+        # One call timed elsewhere also pays the round trip to that process (1-6 ms on a
+        # loaded machine: more than a fast call), so grow the block until it lasts block_s
+        # and size it from that block's time per call.
+        calls = 1
+        while (per_call := fn.time_block(calls)) * calls < block_s and calls < 2**16:
+            calls *= 4
+        return max(1, math.ceil(block_s / max(per_call, 1e-7)))
     _sync()
     start = time.perf_counter()
     fn()

@@ -413,15 +413,31 @@ def _apply_state(arg: Any, state: Any) -> None:
     if state is None:
         return
     if isinstance(arg, torch.nn.Module) and "state" in state:
-        with torch.no_grad():
-            arg.load_state_dict(state["state"])
-            for name, param in arg.named_parameters():
-                grad = state["grads"].get(name)
-                param.grad = None if grad is None else grad.clone()
+        _apply_module_state(arg, state["state"], state["grads"])
     elif isinstance(arg, torch.optim.Optimizer) and "optimizer" in state:
         arg.load_state_dict(state["optimizer"])
     elif isinstance(arg, torch.Generator) and "generator" in state:
         arg.set_state(state["generator"])
+
+
+def _apply_module_state(module: torch.nn.Module, state: dict, grads: dict) -> None:
+    """The worker's copy's tensors into the judge's module, as the call left them: a dtype the
+    call changed (``model.to(torch.bfloat16)``) is kept, the tensors stay the judge's objects
+    (its optimizer still holds them); entries the call added or removed (a structure it
+    changed, which a check reads beside the answer) are left out."""
+    own = dict(module.named_parameters()) | dict(module.named_buffers())
+    with torch.no_grad():
+        for name, value in state.items():
+            target = own.get(name)
+            if target is None or not isinstance(value, torch.Tensor):
+                continue
+            if target.shape == value.shape and target.dtype == value.dtype:
+                target.copy_(value)
+            else:
+                target.data = value.clone()
+    for name, param in module.named_parameters():
+        grad = grads.get(name)
+        param.grad = None if grad is None else grad.clone().to(param.dtype)
 
 
 class RemoteCall(TimedElsewhere):

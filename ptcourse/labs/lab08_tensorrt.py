@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ptcourse.assets import datasets, models, onnx_runtime
-from ptcourse.core import hardware, lineup, measure, numerics, seeds
+from ptcourse.core import hardware, lineup, numerics, seeds
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import is_smoke
 from ptcourse.grading import checks, targets
@@ -60,10 +60,6 @@ class Sizes:
     probe_batch: int = 64  # images per call when the precision experiment classifies them
     bf16_batch: int = 16  # (batch, side) the bf16 speed check times: a throughput-sized call
     bf16_image: int = 64
-    # Calls per timing block at least, in the judge (:class:`Blocks`): the latency check's
-    # batch-1 calls (~50-100 ms a block here) and the bf16 check's batches (~70-170 ms).
-    latency_block: int = 128
-    bf16_block: int = 16
     throughput: tuple[int, int] = (16, 96)  # (batch, side) of the notebook's throughput call
     budget_s: float = 4.0  # seconds per interleaved comparison in the notebook's demonstrations
     run_time_s: float = 0.5  # seconds per single timing in the notebook
@@ -569,7 +565,7 @@ def grade_fusion_latency(net: nn.Module, fused_net: nn.Module, xs: Tensor, *,
     reference does not clear the floor here, the points grade that the BatchNorms are folded
     (:func:`grade_bn_folded`)."""
     base, ref = baseline_fuse_conv_bn(net), reference_fuse_conv_bn(net)
-    fresh, least = fresh_like(xs), sizes().latency_block
+    fresh = fresh_like(xs)
 
     def verify(args: tuple[Tensor], out: Any) -> None:
         with torch.inference_mode():
@@ -584,9 +580,9 @@ def grade_fusion_latency(net: nn.Module, fused_net: nn.Module, xs: Tensor, *,
     with torch.inference_mode():  # for the calls made here (the judge's run in its workers)
         return checks.relative_speedup(
             goal,
-            at_least(least, checks.timed_alike(fused_net, base, fresh, inference=True)),
-            at_least(least, checks.timed_alike(fused_net, ref, fresh, inference=True)),
-            at_least(least, checks.timed(fused_net, fresh, verify, inference=True)),
+            checks.timed_alike(fused_net, base, fresh, inference=True),
+            checks.timed_alike(fused_net, ref, fresh, inference=True),
+            checks.timed(fused_net, fresh, verify, inference=True),
             points=points,
             not_gradable=folded,
         )
@@ -597,31 +593,6 @@ def fresh_like(xs: Tensor) -> Callable[[], tuple[Tensor]]:
     judge times: the answer never sees an input twice)."""
     gen = seeds.generator(checks.secret_seed() + 1)
     return lambda: (torch.randn(xs.shape, generator=gen),)
-
-
-class Blocks(measure.TimedElsewhere):
-    """A call timed in the judge's workers, ``least`` calls at least per timing block.
-
-    ``measure.compare_many`` sizes a block from one timed call, and in the judge one call also
-    pays a round trip to the worker (1-6 ms on a loaded machine: more than a batch-1 call of the
-    tiny CNN), so its guess of calls per block differed between the baseline and the answer and
-    decided the ratio (the solution measured 0.73x against the reference's 1.5x). With
-    ``least`` calls the round trip is a small share of every block, the same for all three.
-    """
-
-    def __init__(self, call: measure.TimedElsewhere, least: int) -> None:
-        self.call, self.least = call, least
-
-    def __call__(self) -> Any:
-        return self.call()
-
-    def time_block(self, calls: int) -> float:
-        return self.call.time_block(max(calls, self.least))
-
-
-def at_least(least: int, call: Callable[[], Any]) -> Callable[[], Any]:
-    """``call`` in :class:`Blocks` of ``least`` calls where it is timed elsewhere (the judge)."""
-    return Blocks(call, least) if isinstance(call, measure.TimedElsewhere) else call
 
 
 class AtenCalls(TorchDispatchMode):
@@ -751,7 +722,7 @@ def grade_bf16_speed(net: nn.Module, low_net: nn.Module, seed: int, *, points: f
     ``ATEN_CPU_CAPABILITY=default`` measured 0.65x), the points grade bf16 in effect instead."""
     size = sizes()
     fresh = fresh_like(torch.empty(size.bf16_batch, 3, size.bf16_image, size.bf16_image))
-    fp32, ref, least = baseline_to_bf16(net), reference_to_bf16(net), size.bf16_block
+    fp32, ref = baseline_to_bf16(net), reference_to_bf16(net)
 
     def verify(args: tuple[Tensor], out: Any) -> None:
         with torch.inference_mode():
@@ -761,9 +732,9 @@ def grade_bf16_speed(net: nn.Module, low_net: nn.Module, seed: int, *, points: f
     with torch.inference_mode():  # for the calls made here (the judge's run in its workers)
         return checks.relative_speedup(
             targets.goal(TARGETS, "bf16_speed"),
-            at_least(least, checks.timed_alike(low_net, fp32, fresh, inference=True)),
-            at_least(least, checks.timed_alike(low_net, ref, fresh, inference=True)),
-            at_least(least, checks.timed(low_net, fresh, verify, inference=True)),
+            checks.timed_alike(low_net, fp32, fresh, inference=True),
+            checks.timed_alike(low_net, ref, fresh, inference=True),
+            checks.timed(low_net, fresh, verify, inference=True),
             points=points,
             not_gradable=lambda reason: grade_bf16_in_effect(low_net, seed, points=points),
         )

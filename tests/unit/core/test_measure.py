@@ -80,3 +80,15 @@ def test_median_interval_brackets_the_median():
     values = np.random.default_rng(0).normal(2.0, 0.1, 50)
     low, high = measure.median_interval(values)
     assert low < np.median(values) < high
+
+
+class _RoundTrip(measure.TimedElsewhere):
+    """A 50 µs call behind a 5 ms round trip to another process."""
+
+    def time_block(self, calls: int) -> float:
+        return (0.005 + calls * 50e-6) / calls
+
+
+def test_a_block_timed_elsewhere_is_sized_from_a_block_not_from_the_round_trip():
+    calls = measure._calls_per_block(_RoundTrip(), block_s=0.05)
+    assert calls >= 500  # not 0.05 / 0.00505 = 10 calls, each block a round trip

@@ -144,3 +144,17 @@ def test_relative_speedup_says_when_the_reference_does_not_separate():
     assert earned == 1.5 and "not gradable on this machine" in reasons[0]
     with pytest.raises(checks.CheckFailed, match="not gradable"):
         checks.relative_speedup(goal, work(2), work(2), work(2), points=3)
+
+
+@pytest.mark.parametrize(
+    ("target", "floor", "reference", "full_credit"),
+    [
+        (20.0, 3.0, 24.0, 17.7),  # a large gain: 70% of it
+        (1.2, 1.1, 1.22, 1.13),  # a small gain: within the reference's noise, a quarter of it
+        (1.5, 1.15, 1.8, 1.5),  # capped by the row's target
+    ],
+)
+def test_full_credit_follows_the_reference_and_the_noise_beside_it(
+    target, floor, reference, full_credit
+):
+    assert checks.full_credit_at(target, floor, reference) == pytest.approx(full_credit, abs=0.01)

@@ -181,3 +181,23 @@ def test_the_graders_code_runs_in_a_twin_the_submission_cannot_reach(make_worker
     assert baseline.worker is worker.trusted and id(model) in worker.trusted.mirrors
     worker.kill()
     assert worker.trusted.process is None  # killed with the student's worker
+
+
+def test_a_call_that_changes_a_models_dtype_or_structure_comes_back_as_it_left_it(make_worker):
+    worker = make_worker()
+    run(
+        worker,
+        "import torch\n"
+        "def to_bf16(model):\n"
+        "    model.to(torch.bfloat16)\n"
+        "    return 1\n"
+        "def restructure(model):\n"
+        "    model[1] = torch.nn.Identity()\n"
+        "    return 2",
+    )
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    weight = model[0].weight
+    assert worker.request("lookup", "to_bf16")(model) == 1
+    assert model[0].weight is weight and weight.dtype == torch.bfloat16
+    other = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    assert worker.request("lookup", "restructure")(other) == 2  # no "missing keys"

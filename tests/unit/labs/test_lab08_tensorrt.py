@@ -403,23 +403,3 @@ def test_judged_checks_read_structure_and_graphs_in_the_worker(worker, graded):
     net = fusion.deployed_model(0)
     share = fusion.folded_share(net, fuse(net), torch.randn(1, 3, 32, 32))
     assert share == 1.0
-
-
-def test_calls_timed_in_the_judge_get_blocks_of_at_least_so_many_calls():
-    class Elsewhere(measure.TimedElsewhere):
-        def __init__(self):
-            self.blocks = []
-
-        def __call__(self):
-            return 1
-
-        def time_block(self, calls):
-            self.blocks.append(calls)
-            return 0.001
-
-    call = Elsewhere()
-    blocks = fusion.at_least(128, call)
-    assert blocks() == 1 and blocks.time_block(1) == 0.001 and blocks.time_block(300) == 0.001
-    assert call.blocks == [128, 300]
-    local = lambda: 2  # noqa: E731 - in a notebook the check times plain calls
-    assert fusion.at_least(128, local) is local
