@@ -13,6 +13,7 @@ Run as ``python -I -m ptcourse.judge.worker`` (isolated mode: the working folder
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import pickle
@@ -75,7 +76,9 @@ class Objects:
 
 
 class Requests(pickle.Unpickler):
-    """The judge's pickles, with its references resolved to the objects kept here."""
+    """The judge's pickles, with its references resolved to the objects kept here, and the
+    course's own functions and classes (a check's harness, its diagnostics, a reference) taken
+    from copies of ``ptcourse`` read from disk, not from the modules the notebook could patch."""
 
     def __init__(self, payload: bytes, objects: Objects) -> None:
         super().__init__(io.BytesIO(payload))
@@ -83,6 +86,36 @@ class Requests(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         return self.objects.by_id[pid]
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.split(".")[0] == "ptcourse":
+            return getattr(pristine(module), name)
+        return super().find_class(module, name)
+
+
+PRISTINE: dict[str, Any] = {}
+_IMPORT = importlib.import_module  # bound before any notebook code runs
+
+
+def pristine(name: str) -> Any:
+    """Module ``name`` as its file on disk defines it, with the ``ptcourse`` modules it imports
+    also fresh copies (made once per worker, before or after the notebook patched the loaded
+    ones). It raises the bar, it is not a wall: the notebook can still patch torch itself."""
+    if name not in PRISTINE:
+        loaded = {key: sys.modules.pop(key) for key in list(sys.modules) if _ours(key)}
+        sys.modules.update(PRISTINE)
+        try:
+            _IMPORT(name)
+            PRISTINE.update({key: mod for key, mod in sys.modules.items() if _ours(key)})
+        finally:
+            for key in [key for key in sys.modules if _ours(key)]:
+                del sys.modules[key]
+            sys.modules.update(loaded)
+    return PRISTINE[name]
+
+
+def _ours(module: str) -> bool:
+    return module.split(".")[0] == "ptcourse" and not module.startswith("ptcourse.judge")
 
 
 def _shell() -> Any:

@@ -201,3 +201,24 @@ def test_a_call_that_changes_a_models_dtype_or_structure_comes_back_as_it_left_i
     assert model[0].weight is weight and weight.dtype == torch.bfloat16
     other = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
     assert worker.request("lookup", "restructure")(other) == 2  # no "missing keys"
+
+
+def test_the_courses_code_in_the_worker_is_read_from_disk_not_from_the_notebooks_patches(
+    make_worker,
+):
+    from ptcourse.labs import lab05_efficient_blocks as blocks
+
+    worker = make_worker()
+    run(
+        worker,
+        "import torch\n"
+        "import ptcourse.core.measure as measure\n"
+        "import ptcourse.labs.lab05_efficient_blocks as blocks\n"
+        "measure.count_flops = lambda fn: 1\n"
+        "blocks.parameter_count = lambda module: 42\n"
+        "def block():\n"
+        "    return torch.nn.Conv2d(2, 2, 1, bias=False)",
+    )
+    built = worker.request("lookup", "block")()
+    assert built.beside(blocks.parameter_count) == 4
+    assert built.beside(blocks.flops_of, torch.randn(1, 2, 3, 3)) == 2 * 4 * 9
