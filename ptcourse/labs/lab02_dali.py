@@ -716,9 +716,11 @@ MEASURED_ON = (
 TARGETS: tuple[Target, ...] = (
     # Graded relative to the machine (checks.relative_speedup): full credit at the floor + 70%
     # of what the reference pipeline (reference_inspection_pipeline) reaches in the same run,
-    # never above this target. In the judge, which charges max(wall, CPU time of the sandbox),
-    # smoke, 2026-12-03: the reference in the twin 2.08-2.37x (3 runs), the solution notebook in
-    # the worker 2.23-2.26x, a baseline copy 1.01x.
+    # never above this target. In the judge, smoke, 2026-12-03 (load average 1.5-3): the
+    # reference in the twin 2.08-2.37x (3 runs), the solution notebook in the worker
+    # 2.23-2.26x, a baseline copy 1.01x; in one process at the same time the reference took
+    # 27.8 ms per batch (CPU time the same), the PIL loader 51 ms: 1.84x. The 3.1-4.3x below
+    # were measured under a load average of 9-15.
     Target("02", "throughput", "cpu", "speedup", 1.6, 1.15,
            "tools/measure/lab02_dali.py: 5 runs each (fresh secret seed, load average 9-15 "
            "from other sessions on the 2 cores): smoke (32 x 1) 3.10-4.30x, median 3.57; full "
