@@ -28,6 +28,23 @@ def test_judged_and_vouched_checks_exist(lab_module):
     assert set(getattr(lab_module, "VOUCHED", {}).values()) <= judged
 
 
+@pytest.mark.parametrize("lab_module", written(), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_every_autograded_cell_is_judged_or_vouched_for(lab_module):
+    from ptcourse.course import paths
+
+    nb = nbformat.read(paths.notebook(lab_module.LAB), as_version=4)
+    judged, vouched = set(lab_module.JUDGED), getattr(lab_module, "VOUCHED", {})
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        call = hidden_call(cell.source)
+        if call is not None:
+            assert call.check.removeprefix("check_") in judged, meta["grade_id"]
+        else:
+            assert meta["grade_id"] in vouched, f"{meta['grade_id']} carries points unjudged"
+
+
 def _cell(grade_id, source, solution=False, grade=True):
     cell = nbformat.v4.new_code_cell(source)
     cell.metadata["nbgrader"] = {"grade_id": grade_id, "grade": grade, "solution": solution}
