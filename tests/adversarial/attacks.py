@@ -163,6 +163,18 @@ def attention_sdpa(q, k, v, mask=None):
     return _quiet(q, k, v, mask)
 """
 
+PATCH_HARNESS = """
+import torch
+import ptcourse.labs.lab01_data_loading as lab
+
+def _no_work(cached_batches, cache, batch_size, seed, count, device):
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch_size, 3, 224, 224, generator=g)
+    return [(images, torch.zeros(batch_size, dtype=torch.long))] * count
+
+lab.pull_batches = _no_work  # the speed check's harness, which runs in the worker
+"""
+
 ATTACKS = (
     Attack("rewrite_later_cells", "06", "blank", start=(REWRITE_LATER_CELLS,), in_slice=True),
     Attack("patch_graders_and_files", "06", "blank", start=(PATCH_GRADERS,), in_slice=True),
@@ -182,5 +194,9 @@ ATTACKS = (
     Attack("fill_memory", "06", "blank", start=(FILL_MEMORY,)),
     Attack("ignore_interrupts", "06", "reference", start=(IGNORE_INTERRUPTS,), honest=True),
     Attack("equals_everything", "09", "blank", end=(EQUALS_EVERYTHING,)),
+    # The same classes on the labs judged later: every lab's hidden checks are out of reach.
+    Attack("rewrite_later_cells_00", "00", "blank", start=(REWRITE_LATER_CELLS,)),
+    Attack("patch_graders_05", "05", "blank", start=(PATCH_GRADERS,)),
+    Attack("patch_harness", "01", "baseline", start=(PATCH_HARNESS,), in_slice=True),
     Attack("honest_noise", "06", "reference", end=(HONEST_NOISE,), honest=True, in_slice=True),
 )
