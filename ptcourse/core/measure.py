@@ -27,6 +27,7 @@ import numpy as np
 import psutil
 import torch
 from scipy import stats
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from ptcourse.core.quiet import captured_stderr
@@ -538,3 +539,24 @@ def ceilings(threads: int = 1) -> Ceilings:
         threads=threads,
         device=device_name(),
     )
+
+
+class AtenCalls(TorchDispatchMode):
+    """Counts the aten operators run while active (``with AtenCalls() as calls: ...``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = str(func.overloadpacket)
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def aten_call_counts(model: Callable[..., Any], *inputs: Any) -> dict[str, int]:
+    """The aten operators one call ``model(*inputs)`` runs (inference mode), by name: none for
+    a model that runs in another engine (ONNX Runtime, an int8 kernel library's own calls)."""
+    with torch.inference_mode(), AtenCalls() as calls:
+        model(*inputs)
+    return calls.counts

@@ -36,10 +36,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ptcourse.assets import datasets, models, onnx_runtime
-from ptcourse.core import hardware, lineup, numerics, seeds
+from ptcourse.core import hardware, lineup, measure, numerics, seeds
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import is_smoke
 from ptcourse.grading import checks, targets
@@ -595,37 +594,14 @@ def fresh_like(xs: Tensor) -> Callable[[], tuple[Tensor]]:
     return lambda: (torch.randn(xs.shape, generator=gen),)
 
 
-class AtenCalls(TorchDispatchMode):
-    """Counts the aten operators run while active (``with AtenCalls() as calls: ...``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: collections.Counter[str] = collections.Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
-def aten_calls(model: Callable[[Tensor], Any], xs: Tensor) -> collections.Counter[str]:
-    """The aten operators one call ``model(xs)`` runs (inference mode), by name."""
-    with torch.inference_mode(), AtenCalls() as calls:
-        model(xs)
-    return calls.counts
-
-
-def aten_call_counts(model: Callable[[Tensor], Any], xs: Tensor) -> dict[str, int]:
-    """:func:`aten_calls` as a plain dict (data, as ``checks.beside`` brings it back)."""
-    return dict(aten_calls(model, xs))
-
-
 def folded_share(net: nn.Module, fused_net: Callable[[Tensor], Any], xs: Tensor) -> float:
     """How many of ``net``'s BatchNorms ``fused_net`` has folded away, 0..1: the smaller of the
     share of batch-norm operator calls gone and the operator calls saved per BatchNorm. A
     BatchNorm kept under another module name still calls batch_norm; one kept as elementwise
     arithmetic saves no calls: both score 0. The fused model's operators are counted where it
     runs (``checks.beside``: in the judge, what its worker reports)."""
-    before, after = aten_calls(net, xs), checks.beside(fused_net, aten_call_counts, xs)
+    before = measure.aten_call_counts(net, xs)
+    after = checks.beside(fused_net, measure.aten_call_counts, xs)
     bns = sum(n for op, n in before.items() if "batch_norm" in op)
     left = sum(n for op, n in after.items() if "batch_norm" in op)
     saved = sum(before.values()) - sum(after.values())

@@ -215,3 +215,17 @@ def test_check_branch(smoke, capsys):
     # baseline-equivalent: AutoGain as it is cannot be exported
     with pytest.raises(Exception, match="(?i)data-dependent"):
         export.check_branch(script, export.AutoGain, points=3)
+
+
+def test_check_speed_where_speed_is_not_gradable_grades_onnx_runtime_in_effect(
+    smoke, classifier_onnx, monkeypatch, capsys
+):
+    import dataclasses
+
+    unreachable = tuple(dataclasses.replace(row, floor=50.0, target=60.0) for row in export.TARGETS)
+    monkeypatch.setattr(export, "TARGETS", unreachable)  # no reference clears a 50x floor
+    with measure.pinned_threads(1):
+        assert export.check_speed(_ort_runner, classifier_onnx, points=3) == 3.0
+        assert "not gradable" in capsys.readouterr().out
+        with pytest.raises(checks.CheckFailed, match="did not run in ONNX Runtime"):
+            export.check_speed(_eager_runner, export.inspection_classifier(seed=0), points=3)

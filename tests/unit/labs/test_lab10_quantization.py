@@ -206,3 +206,16 @@ def test_check_fast_speed_fails_a_float_model(graded, capsys):
     with pytest.raises(checks.CheckFailed, match="speedup"):
         quantize.check_fast_speed(lambda m: _Twice(_float_copy(m)), points=4)
     assert "accuracy_drop 0;" in capsys.readouterr().out  # the accuracy part passed
+
+
+def test_check_fast_speed_where_speed_is_not_gradable_grades_int8_weights(graded, monkeypatch):
+    import dataclasses
+
+    unreachable = tuple(
+        dataclasses.replace(row, floor=50.0, target=60.0) if row.check == "fast_speedup" else row
+        for row in quantize.TARGETS
+    )
+    monkeypatch.setattr(quantize, "TARGETS", unreachable)  # no reference clears a 50x floor
+    assert quantize.check_fast_speed(_legacy_int8, points=4) == 4.0
+    with pytest.raises(checks.CheckFailed, match="memory_ratio"):
+        quantize.check_fast_speed(_float_copy, points=4)
