@@ -186,7 +186,10 @@ class WorkerProcess:
         """A worker in the same sandbox, with the same limits and environment, that runs no
         submission code: the judge times the baseline and the reference there, so that what
         the sandbox costs (or saves) is the same on both sides of a ratio. Started on first use,
-        killed with this worker."""
+        killed with this worker. It does not run the notebook's setup cell: a check whose lab
+        pins glibc's heap there (Labs 04 and 06: ``measure.rss_follows_tensors``) pins the
+        twin's too, or allocations cost differently on the two sides (pinned in the twin only,
+        Lab 01's baseline copy measured 1.7x over the baseline)."""
         if self.trusted is None or self.trusted.process is None:
             empty = self.scratch / "twin-submission"
             empty.mkdir(parents=True, exist_ok=True)
@@ -194,9 +197,6 @@ class WorkerProcess:
                 empty, self.scratch / "twin", self.env, self.readable,
                 [*self.hidden, self.submission], self.limits, self.sandboxed,
             ).start()  # fmt: skip
-            # glibc's thresholds fixed before any large tensor passes through its heap, or a
-            # memory reading there counts what it keeps (a notebook's setup cell does this)
-            self.trusted.request("release_memory")
         return self.trusted
 
     def mirror(self, *objs: Any) -> None:

@@ -482,6 +482,7 @@ def check_speed(attention_sdpa: Attention, *, points: float) -> float:
         return float(points)
 
     fresh = fresh_inputs(problem, goal.track.device)
+    checks.run_alike(attention_sdpa, measure.rss_follows_tensors)  # as the setup cell did here
     return checks.relative_speedup(
         goal,
         checks.timed_alike(attention_sdpa, baseline_attention, fresh),
@@ -504,5 +505,6 @@ def check_memory(attention_sdpa: Attention, *, points: float) -> float:
     print(f"peak memory {problem}; one score matrix {problem.score_bytes() / 2**20:.0f} MB")
     fresh = fresh_inputs(problem, goal.track.device)
     candidate = checks.timed(attention_sdpa, fresh)
+    checks.run_alike(attention_sdpa, measure.rss_follows_tensors)  # as the setup cell did here
     baseline = checks.timed_alike(attention_sdpa, baseline_attention, fresh)
     return checks.memory(goal, baseline, candidate, points=points)
