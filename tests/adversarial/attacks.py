@@ -197,6 +197,6 @@ ATTACKS = (
     # The same classes on the labs judged later: every lab's hidden checks are out of reach.
     Attack("rewrite_later_cells_00", "00", "blank", start=(REWRITE_LATER_CELLS,)),
     Attack("patch_graders_05", "05", "blank", start=(PATCH_GRADERS,)),
-    Attack("patch_harness", "01", "baseline", start=(PATCH_HARNESS,), in_slice=True),
+    Attack("patch_harness", "01", "baseline", start=(PATCH_HARNESS,)),
     Attack("honest_noise", "06", "reference", end=(HONEST_NOISE,), honest=True, in_slice=True),
 )
