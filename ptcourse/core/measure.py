@@ -56,6 +56,12 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def synchronize(device: str) -> None:
+    """Wait for the work queued on ``device`` (a no-op on a CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
 @contextlib.contextmanager
 def pinned_threads(threads: int | None) -> Iterator[None]:
     """Run the block with ``threads`` torch threads (None: leave as is), then restore."""

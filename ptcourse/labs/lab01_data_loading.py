@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ptcourse.assets import datasets, loaders
-from ptcourse.core import hardware, lineup
+from ptcourse.core import hardware, lineup, measure
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
@@ -95,12 +95,7 @@ def baseline_epoch(
     )
     for x, y in islice(loader, count):
         x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    _synchronize(device)
-
-
-def _synchronize(device: str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
+    measure.synchronize(device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,7 +194,7 @@ def pull_batches(
     generator = torch.Generator().manual_seed(seed)
     epoch = cached_batches(images, labels, batch_size, generator, device=device)
     batches = list(islice(epoch, count))
-    _synchronize(device)
+    measure.synchronize(device)
     return batches
 
 

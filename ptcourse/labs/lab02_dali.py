@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from ptcourse.assets import datasets, loaders
-from ptcourse.core import hardware, lineup
+from ptcourse.core import hardware, lineup, measure
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
@@ -390,12 +390,7 @@ def baseline_epoch(
     epoch = pil_loader(files, batch_size, train=True, generator=generator)
     for x, y in islice(epoch, count):
         x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    _synchronize(device)
-
-
-def _synchronize(device: str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
+    measure.synchronize(device)
 
 
 def training_pipeline(

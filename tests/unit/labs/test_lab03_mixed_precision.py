@@ -156,24 +156,8 @@ def test_accuracy_check_passes_autocast_and_fails_a_step_that_does_not_learn(sec
 
 
 @pytest.fixture
-def worker(tmp_path):
+def worker(lab_worker):
     """A judge's worker (sandboxed where bubblewrap is) with the notebook's two exercises."""
-    import sys
-    from pathlib import Path
-
-    from ptcourse.course.paths import BUILD, ROOT
-    from ptcourse.judge import sandbox
-    from ptcourse.judge.remote import WorkerProcess
-
-    (tmp_path / "submission").mkdir()
-    started = WorkerProcess(
-        tmp_path / "submission",
-        tmp_path / "scratch",
-        {"PTCOURSE_SMOKE": "1", "PTCOURSE_TRACK": "cpu-basic"},
-        [ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()],
-        [BUILD],
-        sandboxed=sandbox.unavailable() is None,
-    ).start()
     cell = (
         "import torch\nimport torch.nn.functional as F\n"
         "from ptcourse.labs import lab03_mixed_precision as amp\n"
@@ -186,10 +170,7 @@ def worker(tmp_path):
         "    scaler.step(optimizer)\n"
         "    return loss.detach()\n"
     )
-    outputs = started.request("cell", cell, 0)["outputs"]
-    assert not [o for o in outputs if o["output_type"] == "error"], outputs
-    yield started
-    started.kill()
+    return lab_worker(cell, {"PTCOURSE_SMOKE": "1", "PTCOURSE_TRACK": "cpu-basic"})
 
 
 def test_judged_checks_read_what_ran_in_the_worker(worker, secret):

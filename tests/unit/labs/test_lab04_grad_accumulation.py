@@ -1,6 +1,3 @@
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -285,28 +282,13 @@ def accumulated_step(model, loss_fn, x, y, accum_steps, scaler=None):
 '''
 
 
-def test_in_the_judge_the_measured_step_must_leave_its_batchs_gradients(tmp_path, monkeypatch):
+def test_in_the_judge_the_measured_step_must_leave_its_batchs_gradients(lab_worker, monkeypatch):
     """The judge measures the step in the worker on a fresh batch, then reads the gradients it
     left there: a step that replays earlier gradients (tiny peak) fails."""
-    from ptcourse.course.paths import BUILD, ROOT
-    from ptcourse.judge import sandbox
-    from ptcourse.judge.remote import WorkerProcess
-
     monkeypatch.setenv("PTCOURSE_SMOKE", "1")
     monkeypatch.setenv("PTCOURSE_SECRET_SEED", SEED)
     monkeypatch.setenv("PTCOURSE_TRACK", "cpu")
-    submission = tmp_path / "submission"
-    submission.mkdir()
-    readable = [ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
-    env = {"PTCOURSE_SMOKE": "1", "PTCOURSE_TRACK": "cpu"}
-    sandboxed = sandbox.unavailable() is None
-    worker = WorkerProcess(
-        submission, tmp_path / "scratch", env, readable, [BUILD], sandboxed=sandboxed
-    ).start()
-    try:
-        worker.request("cell", REPLAYS_GRADIENTS, 0)
-        step = worker.request("lookup", "accumulated_step")
-        with pytest.raises(checks.CheckFailed, match="the measured accumulated step did not"):
-            accumulation.check_memory(step, points=3)
-    finally:
-        worker.kill()
+    worker = lab_worker(REPLAYS_GRADIENTS, {"PTCOURSE_SMOKE": "1", "PTCOURSE_TRACK": "cpu"})
+    step = worker.request("lookup", "accumulated_step")
+    with pytest.raises(checks.CheckFailed, match="the measured accumulated step did not"):
+        accumulation.check_memory(step, points=3)

@@ -356,24 +356,8 @@ def test_check_bf16_speed_with_bf16_hardware(graded):
 
 
 @pytest.fixture
-def worker(tmp_path):
+def worker(lab_worker):
     """A judge's worker (sandboxed where bubblewrap is) holding the reference answers."""
-    import sys
-    from pathlib import Path
-
-    from ptcourse.course.paths import BUILD, ROOT
-    from ptcourse.judge import sandbox
-    from ptcourse.judge.remote import WorkerProcess
-
-    (tmp_path / "submission").mkdir()
-    started = WorkerProcess(
-        tmp_path / "submission",
-        tmp_path / "scratch",
-        {"PTCOURSE_SMOKE": "1"},
-        [ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()],
-        [BUILD],
-        sandboxed=sandbox.unavailable() is None,
-    ).start()
     cell = (
         "from ptcourse.labs import lab08_tensorrt as fusion\n"
         "fuse_conv_bn = fusion.reference_fuse_conv_bn\n"
@@ -381,10 +365,7 @@ def worker(tmp_path):
         "def fuse_unfused(model):\n"
         "    return fusion.baseline_fuse_conv_bn(model)\n"
     )
-    outputs = started.request("cell", cell, 0)["outputs"]
-    assert not [o for o in outputs if o["output_type"] == "error"], outputs
-    yield started
-    started.kill()
+    return lab_worker(cell, {"PTCOURSE_SMOKE": "1"})
 
 
 def test_judged_checks_read_structure_and_graphs_in_the_worker(worker, graded):
