@@ -10,6 +10,12 @@ baseline copy 0 on every speed check, the blank notebook 0.
     python tools/grading_matrix.py                       # every configuration, every lab
     python tools/grading_matrix.py --labs 03,08 --configs avx2-machine,native
 
+The two 1-core configurations use different cores (the first and the last), so on a 2-core
+machine they can run side by side, each the other's busy neighbour:
+
+    PTCOURSE_BUILD=build/m1 python tools/grading_matrix.py --configs native-1-core &
+    PTCOURSE_BUILD=build/m2 python tools/grading_matrix.py --configs avx2-machine-1-core
+
 Writes the table to ``build/matrix/matrix.md`` and ``matrix.json`` (``PTCOURSE_BUILD`` moves
 them); exits 1 if a verdict is wrong.
 """
@@ -35,8 +41,8 @@ CONFIGS: dict[str, dict[str, str]] = {
     "aten-avx2": {"ATEN_CPU_CAPABILITY": "avx2"},
     "onednn-avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2"},
     "avx2-machine": AVX2_MACHINE,
-    "native-1-core": {"CORES": "0"},
-    "avx2-machine-1-core": {**AVX2_MACHINE, "CORES": "0"},
+    "native-1-core": {"CORES": "first"},
+    "avx2-machine-1-core": {**AVX2_MACHINE, "CORES": "last"},
 }
 
 
@@ -61,10 +67,11 @@ def write_submissions(folder: Path, keys: list[str]) -> None:
 
 def grade(config: str, submissions: Path, build: Path, keys: list[str]) -> list[dict]:
     env = {**os.environ, **CONFIGS[config], "PTCOURSE_SMOKE": "1", "PTCOURSE_BUILD": str(build)}
-    cores = env.pop("CORES", None)
+    which = env.pop("CORES", None)
     command = [sys.executable, "-m", "ptcourse.course.cli", "grade", str(submissions), *keys]
-    if cores:
-        command = ["taskset", "--cpu-list", cores, *command]
+    if which:
+        core = sorted(os.sched_getaffinity(0))[0 if which == "first" else -1]
+        command = ["taskset", "--cpu-list", str(core), *command]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{config}: grading failed\n{done.stdout}\n{done.stderr[-2000:]}")

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +33,13 @@ def _nbgrader(*args: str, timeout: float | None = None) -> subprocess.CompletedP
     NBGRADER_DB.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "nbgrader", *args]
     return subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -154,6 +161,9 @@ def _autograde_one(
         return Score(student, the_lab.name, "failed", detail=f"grading exceeded {timeout_s:.0f} s")
     except StepFailed as failed:
         return Score(student, the_lab.name, "failed", detail=str(failed))
+    except Exception as error:  # one submission's surprise must not end everyone's grading
+        traceback.print_exc()
+        return Score(student, the_lab.name, "failed", detail=f"grading error: {error!r}")
     return _scores_from_gradebook(the_lab, student)
 
 
@@ -187,7 +197,13 @@ def _judge(
     if cores:
         command = ["taskset", "--cpu-list", ",".join(map(str, cores)), *command]
     return subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout_s,
+        check=False,
     )
 
 

@@ -52,3 +52,16 @@ def test_lanes_get_disjoint_cores():
     plan = core_plan(list(range(16)), 3)
     assert all(len(cores) == 5 for cores in plan)
     assert len({c for cores in plan for c in cores}) == 15
+
+
+def test_a_surprise_while_grading_one_submission_fails_only_that_one(monkeypatch, tmp_path):
+    from ptcourse.core.lineup import lab
+    from ptcourse.course import autograde
+
+    def broken(*args, **kwargs):
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    monkeypatch.setattr(autograde, "_nbgrader", broken)
+    score = autograde._autograde_one(lab("00"), "mallory", f"--x={tmp_path}", timeout_s=5)
+    assert score.status == "failed"
+    assert "UnicodeDecodeError" in score.detail
