@@ -158,8 +158,8 @@ def clean_curve(curve: dict[Any, Any]) -> Curve:
     batch size 1 or with a non-positive or non-finite time."""
     out: Curve = {}
     slowest = 0.0
-    for b in sorted(int(k) for k in curve):
-        t = float(curve[b])
+    for b, value in sorted((int(k), v) for k, v in curve.items()):
+        t = float(value)
         if not (math.isfinite(t) and t > 0):
             raise ValueError(f"batch {b}: {t!r} is not a positive time in seconds")
         slowest = max(slowest, t)
@@ -172,6 +172,26 @@ def clean_curve(curve: dict[Any, Any]) -> Curve:
 def throughputs(curve: Curve) -> dict[int, float]:
     """Requests per second at each batch size: b / t(b)."""
     return {b: b / t for b, t in curve.items()}
+
+
+def flops_per_request(size: Sizes | None = None) -> int:
+    """Multiply-adds x 2 of one request through :func:`build_model` (biases and ReLU left out)."""
+    size = size or sizes()
+    macs = size.features * size.hidden + size.hidden * size.hidden + size.hidden * size.classes
+    return 2 * macs
+
+
+def weight_bytes(size: Sizes | None = None) -> int:
+    """Bytes of fp32 weights and biases: what every forward pass reads, whatever its batch."""
+    model = build_model(size)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def roofline_points(curve: Curve, size: Sizes | None = None) -> dict[str, tuple[float, float]]:
+    """Each batch size as a roofline point: (FLOP per byte of weights read, achieved FLOP/s).
+    A batch of b reads the weights once and does b requests' work: intensity grows with b."""
+    flops, bytes_ = flops_per_request(size), weight_bytes(size)
+    return {f"batch {b}": (b * flops / bytes_, b * flops / t) for b, t in curve.items()}
 
 
 KNEE_SHARE = 0.9  # the knee: the smallest batch reaching this share of the peak throughput
@@ -563,7 +583,7 @@ class DynamicBatcher:
         except BaseException as error:  # noqa: BLE001 - reported on every future still open
             self.error = error
             self._strand(pending, error)
-            while True:  # fail whatever else was submitted, until close()
+            while not closing:  # fail whatever else is submitted, until close()
                 item = self._inbox.get()
                 if item is None:
                     return
