@@ -131,10 +131,10 @@ def test_invalid_decisions_are_refused(decision, match):
 def test_numpy_ints_are_decisions_and_knobs_are_validated():
     served = batching.simulate([0.0, 0.0], lambda *a: np.int64(2), (4, 0.0), SYNTH)
     assert served.batches == (2,)
-    assert batching.check_knobs((np.int64(8), 0.001), SYNTH) == (8, 0.001)
+    assert batching.valid_knobs((np.int64(8), 0.001), SYNTH) == (8, 0.001)
     for bad in [(0, 0.001), (256, 0.001), ("8", 0.001), (8, -1.0), (8, 2.0), 8, (8,)]:
         with pytest.raises(batching.PolicyError):
-            batching.check_knobs(bad, SYNTH)
+            batching.valid_knobs(bad, SYNTH)
 
 
 def test_the_policy_is_asked_at_most_three_times_per_request():
