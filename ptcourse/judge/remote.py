@@ -138,6 +138,7 @@ class WorkerProcess:
     hidden: list[Path]
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
     sandboxed: bool = True
+    call_timeout: float = 300.0  # seconds a request may take (the judge sets its cell timeout)
     process: subprocess.Popen | None = None
     frozen: bool = False
     mirrors: dict[int, tuple[Any, int]] = field(default_factory=dict)
@@ -195,7 +196,7 @@ class WorkerProcess:
             empty.mkdir(parents=True, exist_ok=True)
             self.trusted = WorkerProcess(
                 empty, self.scratch / "twin", self.env, self.readable,
-                [*self.hidden, self.submission], self.limits, self.sandboxed,
+                [*self.hidden, self.submission], self.limits, self.sandboxed, self.call_timeout,
             ).start()  # fmt: skip
         return self.trusted
 
@@ -207,6 +208,10 @@ class WorkerProcess:
         if new:
             for obj, remote in zip(new, self.request("keep_each", new), strict=True):
                 self.mirrors[id(obj)] = (obj, remote.ref)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     @property
     def pids(self) -> list[int]:
@@ -289,9 +294,9 @@ class WorkerProcess:
             raise WorkerError(str(reply.get("error")))
         return self.decode(reply.get("value"))
 
-    def request(self, op: str, *args: Any, timeout: float = 300.0) -> Any:
+    def request(self, op: str, *args: Any, timeout: float | None = None) -> Any:
         self.send(op, *args)
-        return self.receive(timeout)
+        return self.receive(self.call_timeout if timeout is None else timeout)
 
     def _read(self, size: int, deadline: float) -> bytes:
         fd = self.process.stdout.fileno()

@@ -125,6 +125,28 @@ def test_a_cell_that_ignores_interrupts_costs_only_itself(make_worker):
     assert judge.log == ["worker restarted; replayed 1 cells"]
 
 
+def test_a_check_that_ends_the_worker_costs_no_later_cell(make_worker):
+    """A check's call into a looping answer ends the worker after a cell's time; the next cell
+    runs on a fresh worker that replays what finished (not the cell that timed out, which
+    would time out again in every replay), instead of being blamed for the dead worker."""
+    import time
+
+    from ptcourse.judge.judge import Judge
+    from ptcourse.judge.remote import WorkerGone
+
+    worker = make_worker()
+    worker.call_timeout = 1.0
+    judge = Judge(worker, cell_timeout=1.0)
+    judge.run_cell(0, "kept = 41\ndef spin():\n    while True:\n        pass")
+    judge.run_cell(1, "spin()")  # interrupted past its time
+    started = time.monotonic()
+    with pytest.raises(WorkerGone):
+        worker.request("lookup", "spin")()  # a check's call: no reply within call_timeout
+    assert time.monotonic() - started < 10 and not worker.running
+    assert judge.run_cell(2, "print(kept + 1)")[0].text == "42\n"
+    assert judge.log == ["worker restarted; replayed 1 cells"]
+
+
 def test_the_worker_sees_the_cpu_the_judge_sees(tmp_path, monkeypatch):
     """ATEN_CPU_CAPABILITY and friends reach the worker: otherwise a candidate would run other
     kernels than the baseline and reference timed beside it."""
