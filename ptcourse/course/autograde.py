@@ -29,18 +29,17 @@ from ptcourse.course.paths import BUILD, NBGRADER_DB, ROOT, course_labs
 from ptcourse.course.release import nbgrader_api, release
 
 
+def _run(command: list[str], timeout: float | None) -> subprocess.CompletedProcess[str]:
+    """A grading step with a deadline; what it prints is decoded whatever the student wrote."""
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, errors="replace", timeout=timeout
+    )
+
+
 def _nbgrader(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     NBGRADER_DB.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "nbgrader", *args]
-    return subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=timeout,
-        check=False,
-    )
+    return _run(command, timeout)
 
 
 @dataclass
@@ -196,15 +195,7 @@ def _judge(
     command += [str(submission), str(scratch), str(out), hidden, readable]
     if cores:
         command = ["taskset", "--cpu-list", ",".join(map(str, cores)), *command]
-    return subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=timeout_s,
-        check=False,
-    )
+    return _run(command, timeout_s)
 
 
 def write_grades_csv(scores: list[Score], path: Path) -> Path:
