@@ -144,8 +144,13 @@ class WorkerProcess:
     mirrors: dict[int, tuple[Any, int]] = field(default_factory=dict)
     cap: Path | None = None
     trusted: WorkerProcess | None = None
+    answered: bool = False  # it has answered since it was launched
 
     def start(self) -> WorkerProcess:
+        return self.launch().ready()
+
+    def launch(self) -> WorkerProcess:
+        """Start the process; :meth:`ready` waits until it answers."""
         argv = [sys.executable, "-I", "-m", "ptcourse.judge.worker"]
         env = {**self.env, "PTCOURSE_SUBMISSION": str(self.submission)}
         if self.sandboxed:
@@ -180,25 +185,32 @@ class WorkerProcess:
         log.close()
         self.frozen = False
         self.mirrors = {}
-        self.request("ping", timeout=STARTUP_S)  # cell deadlines start once it is ready
+        self.answered = False
         return self
 
-    def twin(self) -> WorkerProcess:
+    def ready(self) -> WorkerProcess:
+        if not self.answered:
+            self.request("ping", timeout=STARTUP_S)  # cell deadlines start once it is ready
+            self.answered = True
+        return self
+
+    def twin(self, wait: bool = True) -> WorkerProcess:
         """A worker in the same sandbox, with the same limits and environment, that runs no
         submission code: the judge times the baseline and the reference there, so that what
         the sandbox costs (or saves) is the same on both sides of a ratio. Started on first use,
         killed with this worker. It does not run the notebook's setup cell: a check whose lab
         pins glibc's heap there (Labs 04 and 06: ``measure.rss_follows_tensors``) pins the
         twin's too, or allocations cost differently on the two sides (pinned in the twin only,
-        Lab 01's baseline copy measured 1.7x over the baseline)."""
+        Lab 01's baseline copy measured 1.7x over the baseline). ``wait=False`` starts it
+        without waiting for it: it boots beside the worker."""
         if self.trusted is None or self.trusted.process is None:
             empty = self.scratch / "twin-submission"
             empty.mkdir(parents=True, exist_ok=True)
             self.trusted = WorkerProcess(
                 empty, self.scratch / "twin", self.env, self.readable,
                 [*self.hidden, self.submission], self.limits, self.sandboxed, self.call_timeout,
-            ).start()  # fmt: skip
-        return self.trusted
+            ).launch()  # fmt: skip
+        return self.trusted.ready() if wait else self.trusted
 
     def mirror(self, *objs: Any) -> None:
         """Send modules, optimizers and generators once; later requests pass the worker's copy,
