@@ -102,6 +102,24 @@ def test_the_lab_contract_lists_judged_labs_targets():
     assert module("06").JUDGED and module("09").JUDGED
 
 
+def test_labs_that_time_baselines_start_their_twin_with_the_worker():
+    from ptcourse.judge.judge import _times_in_twin
+
+    timed = {each.LAB.number for each in written() if _times_in_twin(each.LAB.number)}
+    assert {"01", "03", "04", "06", "08", "09", "10"} <= timed
+    assert not {"00", "05"} & timed  # no speed or memory row: no twin to pay for
+
+
+def test_a_twin_started_early_answers_once_asked(make_worker):
+    worker = make_worker()
+    early = worker.twin(wait=False)
+    assert early.running and not early.answered
+    assert worker.twin() is early and early.answered  # the same process, now ready
+    assert early.request("ping") is True
+    worker.kill()
+    assert not early.running
+
+
 def test_a_cell_past_its_time_is_interrupted_and_the_worker_keeps_its_state(make_worker):
     from ptcourse.judge.judge import Judge
 
