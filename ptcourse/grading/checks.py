@@ -12,6 +12,7 @@ shows in feedback. Nothing a check does reaches stderr: nbgrader would score the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import secrets
@@ -24,7 +25,7 @@ import torch
 
 from ptcourse.core import measure
 from ptcourse.core.quiet import Captured, captured_stderr
-from ptcourse.grading.targets import Goal
+from ptcourse.grading.targets import Goal, Target
 
 RESULTS_ENV = "PTCOURSE_RESULTS"  # a JSONL file each check appends its result to (report card)
 SEED_ENV = "PTCOURSE_SECRET_SEED"
@@ -273,6 +274,17 @@ def full_credit_at(target: float, floor: float, reference: float) -> float:
     return min(target, floor + REFERENCE_SHARE * gain, within_noise)
 
 
+def _grade_decided(row: Target, timed: dict[str, measure.Speedup]) -> bool:
+    """Whether more rounds can no longer change the grade: the reference clear of the floor, and
+    the candidate's interval wholly above the full-credit ratio the top of the reference's
+    interval would ask for, or wholly below the floor."""
+    ref, cand = timed["reference"], timed["candidate"]
+    if ref.ci_low <= row.floor:
+        return False
+    hardest = full_credit_at(row.target, row.floor, ref.ci_high)
+    return cand.ci_low >= hardest or cand.ci_high <= row.floor
+
+
 def relative_speedup(
     goal: Goal,
     baseline: Callable[[], Any],
@@ -293,7 +305,10 @@ def relative_speedup(
     row = goal.row
     with captured_stderr() as noise:
         timed = measure.compare_many(
-            baseline, {"reference": reference, "candidate": candidate}, threads=threads
+            baseline,
+            {"reference": reference, "candidate": candidate},
+            threads=threads,
+            decided=functools.partial(_grade_decided, row),
         )
     ref, cand = timed["reference"], timed["candidate"]
     seen = f"reference solution here {ref.ratio:.2f}x (95% CI {ref.ci_low:.2f}–{ref.ci_high:.2f}x)"

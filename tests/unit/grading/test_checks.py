@@ -129,6 +129,32 @@ def test_relative_speedup_target_follows_the_reference_and_is_capped(capsys):
     assert "full credit at 1.5x" in capsys.readouterr().out  # 1.2 + 0.7 * (3 - 1.2) > 1.5
 
 
+def _timed(ref: tuple[float, float], cand: tuple[float, float]) -> dict:
+    from ptcourse.core.measure import Speedup
+
+    def one(low, high):
+        return Speedup(ratio=(low + high) / 2, ci_low=low, ci_high=high, pairs=8,
+                       baseline_s=1.0, candidate_s=1.0, threads=1, device="cpu",
+                       elapsed_s=1.0)  # fmt: skip
+
+    return {"reference": one(*ref), "candidate": one(*cand)}
+
+
+@pytest.mark.parametrize(
+    ("ref", "cand", "decided"),
+    [
+        ((2.9, 3.1), (2.8, 3.2), True),  # full credit at 2.56 at most (1.3 + 0.7 x 1.8)
+        ((2.9, 3.5), (2.8, 3.2), False),  # the reference's top (3.5) would ask 2.84
+        ((2.9, 3.1), (0.9, 1.2), True),  # below the floor 1.3: zero whatever comes
+        ((2.9, 3.1), (1.2, 1.6), False),  # partial credit: every round counts
+        ((1.1, 3.1), (2.9, 3.2), False),  # the reference reaches the floor: maybe not gradable
+    ],
+)
+def test_sampling_stops_once_more_rounds_cannot_change_the_grade(ref, cand, decided):
+    row = Target("00", "rel", "cpu", "speedup", 3.0, 1.3, "4x", "1x", "test", "today")
+    assert checks._grade_decided(row, _timed(ref, cand)) is decided
+
+
 def test_relative_speedup_says_when_the_reference_does_not_separate():
     row = Target("00", "rel", "cpu", "speedup", 1.5, 1.3, "2x", "1x", "test", "today")
     goal = Goal(row, CPU)
