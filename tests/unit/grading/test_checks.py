@@ -40,6 +40,44 @@ def test_partial_credit_between_floor_and_target():
     assert checks.value(GOAL, lambda: 1.4, points=2) == pytest.approx(1.0)
 
 
+def test_credit_is_the_share_score_would_give_and_records_nothing():
+    before = len(checks.RESULTS)
+    assert [checks.credit(GOAL, v) for v in (1.2, 1.4, 1.6)] == pytest.approx([0, 0.5, 1])
+    assert len(checks.RESULTS) == before
+
+
+def seeded_runs(values_by_seed):
+    seen = []
+
+    def run(seed):
+        seen.append(seed)
+        return values_by_seed[seed - 40]
+
+    return run, seen
+
+
+def test_best_run_stops_at_the_first_run_with_full_credit(monkeypatch):
+    monkeypatch.setenv(checks.SEED_ENV, "40")
+    run, seen = seeded_runs([1.35, 1.6, 1.2])
+    assert checks.best_run(run, lambda v: checks.credit(GOAL, v), attempts=3) == 1.6
+    assert seen == [40, 41]
+
+
+def test_best_run_grades_the_best_of_its_attempts_on_successive_seeds(monkeypatch):
+    monkeypatch.setenv(checks.SEED_ENV, "40")
+    run, seen = seeded_runs([1.35, 1.45, 1.2, 1.9])
+    assert checks.best_run(run, lambda v: checks.credit(GOAL, v), attempts=3) == 1.45
+    assert seen == [40, 41, 42]
+
+
+def test_best_run_cannot_rescue_an_answer_below_the_floor_on_every_seed(monkeypatch):
+    monkeypatch.setenv(checks.SEED_ENV, "40")
+    run, _ = seeded_runs([1.0, 1.1, 1.05])
+    best = checks.best_run(run, lambda v: checks.credit(GOAL, v), attempts=3)
+    with pytest.raises(checks.CheckFailed):
+        checks.value(GOAL, lambda: best, points=2)
+
+
 def test_lower_is_better_kind():
     row = Target("00", "err", "cpu", "relative_error", 0.2, 0.6, "0.05", "0.9", "test", "today")
     goal = Goal(row, CPU)
