@@ -298,13 +298,15 @@ def compare_many(
     min_rounds: int = 8,
     max_rounds: int = 400,
     block_s: float | None = None,
+    decided: Callable[[dict[str, Speedup]], bool] | None = None,
 ) -> dict[str, Speedup]:
     """Time the baseline and several candidates in one interleaved run; each one's speedup.
 
     Every round times each callable once, in an order that rotates from round to round (B C R,
     C R B, R B C, …), so all of them share the machine's state; a candidate's ratio in a round is
     the baseline's time over its own. Sampling stops after ``min_rounds`` once every interval is
-    narrower than 10% of its median, or when ``budget_s`` is spent.
+    narrower than 10% of its median, once ``decided`` says the speedups so far settle what the
+    caller wants to know, or when ``budget_s`` is spent.
     """
     budget_s = pick(20.0, 6.0) if budget_s is None else budget_s
     block_s = pick(0.05, 0.02) if block_s is None else block_s
@@ -323,9 +325,19 @@ def compare_many(
             for i in order:
                 times[i] = _block(fns[i], calls[i])
             rounds.append(times)
-            spent = time.perf_counter() - start
-            if len(rounds) >= min_rounds and (spent > budget_s or _all_settled(rounds)):
+            if len(rounds) < min_rounds:
+                continue
+            so_far = _speedups(names, rounds, threads, start)
+            if time.perf_counter() - start > budget_s or _all_settled(so_far):
                 break
+            if decided and decided(so_far):
+                break
+    return _speedups(names, rounds, threads, start)
+
+
+def _speedups(
+    names: list[str], rounds: list[list[float]], threads: int | None, start: float
+) -> dict[str, Speedup]:
     table = np.asarray(rounds)
     elapsed = time.perf_counter() - start
     result = {}
@@ -341,9 +353,9 @@ def compare_many(
     return result
 
 
-def _all_settled(rounds: list[list[float]]) -> bool:
-    table = np.asarray(rounds)
-    return all(_settled(list(table[:, 0] / table[:, i]), None, 0) for i in range(1, table.shape[1]))
+def _all_settled(speedups: dict[str, Speedup]) -> bool:
+    """Every interval narrower than 10% of its median (as ``compare`` without a target)."""
+    return all(s.ci_high - s.ci_low <= 0.1 * s.ratio for s in speedups.values())
 
 
 @contextlib.contextmanager

@@ -4,8 +4,10 @@ Per submission: nbgrader's autograde, without executing anything, restores the l
 hidden test cells into a canonical copy; the judge (:mod:`ptcourse.judge.judge`, a fresh
 process) runs that copy cell by cell, the student's code in a sandboxed worker and the judged
 checks in itself; nbgrader's autograde then reads the judged copy's outputs into the gradebook,
-again without executing anything. Every step is a subprocess with a deadline, so one student's
-crashing or hanging notebook can only cost that submission, never the grading run.
+again without executing anything. The two bookkeeping steps run no student code, so they run
+here through nbgrader's API (a ``nbgrader`` process each cost 3 s of start-up per submission);
+the judge is a subprocess with a deadline, so one student's crashing or hanging notebook can
+only cost that submission, never the grading run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import threading
 import traceback
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,18 +32,28 @@ from ptcourse.course.paths import BUILD, NBGRADER_DB, ROOT, course_labs
 from ptcourse.course.release import nbgrader_api, release
 
 
-def _nbgrader(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    NBGRADER_DB.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "nbgrader", *args]
+def _run(command: list[str], timeout: float | None) -> subprocess.CompletedProcess[str]:
+    """A grading step with a deadline; what it prints is decoded whatever the student wrote."""
     return subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=timeout,
-        check=False,
+        command, cwd=ROOT, capture_output=True, text=True, errors="replace", timeout=timeout
     )
+
+
+def _books(the_lab: Lab, student: str, submitted: Path, *, judged: bool) -> None:
+    """nbgrader's autograde of ``submitted/<student>/<lab>``, executing nothing: the canonical
+    copy (``judged=False``), or the judged copy's outputs read into the gradebook."""
+    from sqlalchemy.exc import SAWarning
+
+    api = nbgrader_api(BUILD / "nbgrader" / "release")
+    api.coursedir.submitted_directory = str(submitted)
+    api.config.Execute.enabled = False
+    api.config.ClearOutput.enabled = not judged
+    with BOOKS, warnings.catch_warnings():
+        # nbgrader's own session use makes SQLAlchemy warn on every first submission
+        warnings.filterwarnings("ignore", category=SAWarning)
+        done = api.autograde(the_lab.name, student, force=True, create=True)
+    if not done["success"]:
+        raise StepFailed(done.get("error", "").strip()[-500:])
 
 
 @dataclass
@@ -98,7 +111,6 @@ def autograde(
     students = sorted(p.name for p in submissions.iterdir() if p.is_dir())
     private_release = BUILD / "nbgrader" / "release"
     release(keys, release_dir=private_release)  # registers each lab in the gradebook
-    where = f"--CourseDirectory.submitted_directory={submissions}"
     jobs = [(each, student) for each in course_labs(keys) for student in students]
     plan = core_plan(sorted(os.sched_getaffinity(0)), lanes)
     free: queue.Queue[list[int]] = queue.Queue()
@@ -111,7 +123,8 @@ def autograde(
             return Score(student, each.name, "missing")
         cores = free.get()
         try:
-            return _autograde_one(each, student, where, timeout_s, cores if lanes > 1 else None)
+            pinned = cores if lanes > 1 else None
+            return _autograde_one(each, student, submissions, timeout_s, pinned)
         finally:
             free.put(cores)
 
@@ -131,32 +144,23 @@ def _feedback(scores: list[Score], release_dir: Path) -> None:
                 s.detail = f"no feedback: {done['error'].strip().splitlines()[-1][:200]}"
 
 
-NO_EXECUTION = ("--Execute.enabled=False",)
-JUDGED_OUTPUTS = (*NO_EXECUTION, "--ClearOutput.enabled=False")
-
-
 BOOKS = threading.Lock()  # nbgrader's gradebook is one sqlite file: its steps take turns
 
 
 def _autograde_one(
-    the_lab: Lab, student: str, where: str, timeout_s: float, cores: list[int] | None = None
+    the_lab: Lab, student: str, submissions: Path, timeout_s: float, cores: list[int] | None = None
 ) -> Score:
-    release_dir = f"--CourseDirectory.release_directory={BUILD / 'nbgrader' / 'release'}"
-    args = [the_lab.name, "--student", student, "--force", release_dir]
     name = f"{the_lab.name}.ipynb"
-    raw = Path(where.split("=", 1)[1]) / student / the_lab.name
+    raw = submissions / student / the_lab.name
     judged = BUILD / "judge" / "submitted" / student / the_lab.name
     try:
-        with BOOKS:
-            _step(_nbgrader("autograde", *args, where, *NO_EXECUTION, timeout=timeout_s))
+        _books(the_lab, student, submissions, judged=False)
         canonical = BUILD / "nbgrader" / "autograded" / student / the_lab.name / name
         judged.mkdir(parents=True, exist_ok=True)
         for extra in raw.glob("timestamp.txt"):
             shutil.copyfile(extra, judged / extra.name)
         _step(_judge(the_lab, canonical, raw, judged / name, timeout_s, cores))
-        judged_root = f"--CourseDirectory.submitted_directory={judged.parents[1]}"
-        with BOOKS:
-            _step(_nbgrader("autograde", *args, judged_root, *JUDGED_OUTPUTS, timeout=timeout_s))
+        _books(the_lab, student, judged.parents[1], judged=True)
     except subprocess.TimeoutExpired:
         return Score(student, the_lab.name, "failed", detail=f"grading exceeded {timeout_s:.0f} s")
     except StepFailed as failed:
@@ -196,15 +200,7 @@ def _judge(
     command += [str(submission), str(scratch), str(out), hidden, readable]
     if cores:
         command = ["taskset", "--cpu-list", ",".join(map(str, cores)), *command]
-    return subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=timeout_s,
-        check=False,
-    )
+    return _run(command, timeout_s)
 
 
 def write_grades_csv(scores: list[Score], path: Path) -> Path:

@@ -107,19 +107,22 @@ class Judge:
     log: list[str] = field(default_factory=list)
 
     def run_cell(self, index: int, source: str) -> list[dict[str, Any]]:
+        if not self.worker.running:  # ended by an earlier check: not this cell's fault
+            self.restart()
         try:
-            outputs = self._in_worker(index, source)
+            outputs, finished = self._in_worker(index, source)
         except WorkerGone as gone:
             self.restart()
             return [_error("CellFailed", f"this cell ended the worker: {gone}")]
-        self.replay.append((index, source))
+        if finished:  # a cell interrupted past its time would time out again in every replay
+            self.replay.append((index, source))
         return outputs
 
-    def _in_worker(self, index: int, source: str) -> list[dict[str, Any]]:
+    def _in_worker(self, index: int, source: str) -> tuple[list[dict[str, Any]], bool]:
         self.worker.send("cell", source, index)
         try:
             reply = self.worker.receive(self.cell_timeout, keep_if_late=True)
-            return _notebook_outputs(reply["outputs"])
+            return _notebook_outputs(reply["outputs"]), True
         except WorkerLate:
             self.worker.interrupt()  # past its time: KeyboardInterrupt, then a grace period
         try:
@@ -128,7 +131,7 @@ class Judge:
             late = f"it ran past {self.cell_timeout:g} s and ignored interrupts"
             raise WorkerGone(late) from gone
         note = f"this cell ran past {self.cell_timeout:g} s and was interrupted"
-        return [*outputs, _error("CellTimeout", note)]
+        return [*outputs, _error("CellTimeout", note)], False
 
     def restart(self) -> None:
         """A fresh worker that has run every cell that completed so far (outputs dropped)."""
@@ -153,12 +156,13 @@ class Judge:
         except WorkerError as error:
             return [_stream(printed.getvalue()), _error("SubmissionError", str(error))]
         except WorkerGone as gone:
-            self.restart()
             return [_stream(printed.getvalue()), _error("SubmissionError", str(gone))]
         except Exception as error:  # noqa: BLE001 - e.g. an answer of the wrong kind
             message = f"the check could not use the answer: {type(error).__name__}: {error}"
             return [_stream(printed.getvalue()), _error("CheckFailed", message)]
         finally:
+            if not self.worker.running:  # a call past its time ended it, whoever caught that
+                self.restart()
             self.worker.freeze()
         return [_stream(printed.getvalue()), _result(points)]
 
@@ -181,7 +185,11 @@ def judge_notebook(
     worker = WorkerProcess(
         submission, scratch, env, readable, hidden, sandbox.limits_from_env(), missing is None
     )
-    judge = Judge(worker.start(), cell_timeout)
+    worker.call_timeout = cell_timeout  # a check's call into the submission gets a cell's time
+    worker.launch()
+    if _times_in_twin(key):
+        worker.twin(wait=False)  # boots beside the worker instead of inside the first timed check
+    judge = Judge(worker.ready(), cell_timeout)
     nb = nbformat.read(notebook, as_version=4)
     plan = Plan.of(key, nb)
     try:
@@ -200,6 +208,13 @@ def judge_notebook(
         worker.kill()
     nb.metadata["ptcourse"] = {"judge_log": judge.log, "sandbox": missing or "bubblewrap"}
     return nb
+
+
+def _times_in_twin(key: str) -> bool:
+    """The lab grades a speedup or a memory ratio: its checks run baselines in the twin."""
+    from ptcourse.labs import module
+
+    return any(t.kind in ("speedup", "memory_ratio") for t in module(key).TARGETS)
 
 
 @dataclass

@@ -138,13 +138,19 @@ class WorkerProcess:
     hidden: list[Path]
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
     sandboxed: bool = True
+    call_timeout: float = 300.0  # seconds a request may take (the judge sets its cell timeout)
     process: subprocess.Popen | None = None
     frozen: bool = False
     mirrors: dict[int, tuple[Any, int]] = field(default_factory=dict)
     cap: Path | None = None
     trusted: WorkerProcess | None = None
+    answered: bool = False  # it has answered since it was launched
 
     def start(self) -> WorkerProcess:
+        return self.launch().ready()
+
+    def launch(self) -> WorkerProcess:
+        """Start the process; :meth:`ready` waits until it answers."""
         argv = [sys.executable, "-I", "-m", "ptcourse.judge.worker"]
         env = {**self.env, "PTCOURSE_SUBMISSION": str(self.submission)}
         if self.sandboxed:
@@ -179,25 +185,32 @@ class WorkerProcess:
         log.close()
         self.frozen = False
         self.mirrors = {}
-        self.request("ping", timeout=STARTUP_S)  # cell deadlines start once it is ready
+        self.answered = False
         return self
 
-    def twin(self) -> WorkerProcess:
+    def ready(self) -> WorkerProcess:
+        if not self.answered:
+            self.request("ping", timeout=STARTUP_S)  # cell deadlines start once it is ready
+            self.answered = True
+        return self
+
+    def twin(self, wait: bool = True) -> WorkerProcess:
         """A worker in the same sandbox, with the same limits and environment, that runs no
         submission code: the judge times the baseline and the reference there, so that what
         the sandbox costs (or saves) is the same on both sides of a ratio. Started on first use,
         killed with this worker. It does not run the notebook's setup cell: a check whose lab
         pins glibc's heap there (Labs 04 and 06: ``measure.rss_follows_tensors``) pins the
         twin's too, or allocations cost differently on the two sides (pinned in the twin only,
-        Lab 01's baseline copy measured 1.7x over the baseline)."""
+        Lab 01's baseline copy measured 1.7x over the baseline). ``wait=False`` starts it
+        without waiting for it: it boots beside the worker."""
         if self.trusted is None or self.trusted.process is None:
             empty = self.scratch / "twin-submission"
             empty.mkdir(parents=True, exist_ok=True)
             self.trusted = WorkerProcess(
                 empty, self.scratch / "twin", self.env, self.readable,
-                [*self.hidden, self.submission], self.limits, self.sandboxed,
-            ).start()  # fmt: skip
-        return self.trusted
+                [*self.hidden, self.submission], self.limits, self.sandboxed, self.call_timeout,
+            ).launch()  # fmt: skip
+        return self.trusted.ready() if wait else self.trusted
 
     def mirror(self, *objs: Any) -> None:
         """Send modules, optimizers and generators once; later requests pass the worker's copy,
@@ -207,6 +220,10 @@ class WorkerProcess:
         if new:
             for obj, remote in zip(new, self.request("keep_each", new), strict=True):
                 self.mirrors[id(obj)] = (obj, remote.ref)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     @property
     def pids(self) -> list[int]:
@@ -289,9 +306,9 @@ class WorkerProcess:
             raise WorkerError(str(reply.get("error")))
         return self.decode(reply.get("value"))
 
-    def request(self, op: str, *args: Any, timeout: float = 300.0) -> Any:
+    def request(self, op: str, *args: Any, timeout: float | None = None) -> Any:
         self.send(op, *args)
-        return self.receive(timeout)
+        return self.receive(self.call_timeout if timeout is None else timeout)
 
     def _read(self, size: int, deadline: float) -> bytes:
         fd = self.process.stdout.fileno()

@@ -412,23 +412,37 @@ def split_accuracy(model: Any, size: TrainSize | None = None) -> float:
     return float((predicted == y_test).float().mean())
 
 
-def check_accuracy(block: BlockFactory, *, points: float) -> float:
-    """Test accuracy after the short training run with a secret seed: half the points for the
-    student's block learning at all (``accuracy``; below its floor the check fails), half for
-    its drop against :func:`baseline_block` trained the same way (``accuracy_drop``)."""
-    seed = checks.secret_seed()
+# A correct block's 150-step run misses a target on a few seeds in a hundred (smoke sweeps, see
+# the accuracy rows), so check_accuracy grades the best of up to this many runs (checks.best_run).
+ATTEMPTS = 3
+
+
+def accuracies(block: BlockFactory, seed: int) -> dict[str, float]:
+    """Test accuracy of the student's block and of the standard block, each after the graded
+    training run with ``seed``."""
     with captured_stderr():
         mine = checks.beside(block, trained_classifier, seed, keep=True)
         standard = trained_classifier(baseline_block, seed)
-        accuracy = {
-            "efficient": split_accuracy(mine),
-            "standard": split_accuracy(standard),
-        }
-    print(f"test accuracy: standard {accuracy['standard']:.3f}, yours {accuracy['efficient']:.3f}")
-    drop = accuracy["standard"] - accuracy["efficient"]
-    learned = checks.value(
-        targets.goal(TARGETS, "accuracy"), lambda: accuracy["efficient"], points=points / 2
-    )
+        found = {"efficient": split_accuracy(mine), "standard": split_accuracy(standard)}
+    print(f"test accuracy: standard {found['standard']:.3f}, yours {found['efficient']:.3f}")
+    return found
+
+
+def check_accuracy(block: BlockFactory, *, points: float) -> float:
+    """Test accuracy after the short training run with a secret seed: half the points for the
+    student's block learning at all (``accuracy``; below its floor the check fails), half for
+    its drop against :func:`baseline_block` trained the same way (``accuracy_drop``). A run
+    short of full credit is repeated with the next seed, :data:`ATTEMPTS` runs at most, and the
+    best run is graded."""
+    learns, keeps_up = targets.goal(TARGETS, "accuracy"), targets.goal(TARGETS, "accuracy_drop")
+
+    def credit_of(found: dict[str, float]) -> float:  # a run that fails `accuracy` ranks last
+        learned = checks.credit(learns, found["efficient"])
+        drop = found["standard"] - found["efficient"]
+        return (learned + checks.credit(keeps_up, drop)) / 2 if learned > 0 else 0.0
+
+    best = checks.best_run(lambda seed: accuracies(block, seed), credit_of, attempts=ATTEMPTS)
+    learned = checks.value(learns, lambda: best["efficient"], points=points / 2)
     return learned + checks.value(
-        targets.goal(TARGETS, "accuracy_drop"), lambda: drop, points=points / 2
+        keeps_up, lambda: best["standard"] - best["efficient"], points=points / 2
     )

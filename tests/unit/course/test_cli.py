@@ -61,7 +61,7 @@ def test_a_surprise_while_grading_one_submission_fails_only_that_one(monkeypatch
     def broken(*args, **kwargs):
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
 
-    monkeypatch.setattr(autograde, "_nbgrader", broken)
-    score = autograde._autograde_one(lab("00"), "mallory", f"--x={tmp_path}", timeout_s=5)
+    monkeypatch.setattr(autograde, "_books", broken)
+    score = autograde._autograde_one(lab("00"), "mallory", tmp_path, timeout_s=5)
     assert score.status == "failed"
     assert "UnicodeDecodeError" in score.detail

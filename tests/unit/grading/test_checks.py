@@ -40,6 +40,44 @@ def test_partial_credit_between_floor_and_target():
     assert checks.value(GOAL, lambda: 1.4, points=2) == pytest.approx(1.0)
 
 
+def test_credit_is_the_share_score_would_give_and_records_nothing():
+    before = len(checks.RESULTS)
+    assert [checks.credit(GOAL, v) for v in (1.2, 1.4, 1.6)] == pytest.approx([0, 0.5, 1])
+    assert len(checks.RESULTS) == before
+
+
+def seeded_runs(values_by_seed):
+    seen = []
+
+    def run(seed):
+        seen.append(seed)
+        return values_by_seed[seed - 40]
+
+    return run, seen
+
+
+def test_best_run_stops_at_the_first_run_with_full_credit(monkeypatch):
+    monkeypatch.setenv(checks.SEED_ENV, "40")
+    run, seen = seeded_runs([1.35, 1.6, 1.2])
+    assert checks.best_run(run, lambda v: checks.credit(GOAL, v), attempts=3) == 1.6
+    assert seen == [40, 41]
+
+
+def test_best_run_grades_the_best_of_its_attempts_on_successive_seeds(monkeypatch):
+    monkeypatch.setenv(checks.SEED_ENV, "40")
+    run, seen = seeded_runs([1.35, 1.45, 1.2, 1.9])
+    assert checks.best_run(run, lambda v: checks.credit(GOAL, v), attempts=3) == 1.45
+    assert seen == [40, 41, 42]
+
+
+def test_best_run_cannot_rescue_an_answer_below_the_floor_on_every_seed(monkeypatch):
+    monkeypatch.setenv(checks.SEED_ENV, "40")
+    run, _ = seeded_runs([1.0, 1.1, 1.05])
+    best = checks.best_run(run, lambda v: checks.credit(GOAL, v), attempts=3)
+    with pytest.raises(checks.CheckFailed):
+        checks.value(GOAL, lambda: best, points=2)
+
+
 def test_lower_is_better_kind():
     row = Target("00", "err", "cpu", "relative_error", 0.2, 0.6, "0.05", "0.9", "test", "today")
     goal = Goal(row, CPU)
@@ -127,6 +165,32 @@ def test_relative_speedup_target_follows_the_reference_and_is_capped(capsys):
     row = Target("00", "rel", "cpu", "speedup", 1.5, 1.2, "4x", "1x", "test", "today")
     checks.relative_speedup(Goal(row, CPU), work(6), work(2), work(2), points=1)
     assert "full credit at 1.5x" in capsys.readouterr().out  # 1.2 + 0.7 * (3 - 1.2) > 1.5
+
+
+def _timed(ref: tuple[float, float], cand: tuple[float, float]) -> dict:
+    from ptcourse.core.measure import Speedup
+
+    def one(low, high):
+        return Speedup(ratio=(low + high) / 2, ci_low=low, ci_high=high, pairs=8,
+                       baseline_s=1.0, candidate_s=1.0, threads=1, device="cpu",
+                       elapsed_s=1.0)  # fmt: skip
+
+    return {"reference": one(*ref), "candidate": one(*cand)}
+
+
+@pytest.mark.parametrize(
+    ("ref", "cand", "decided"),
+    [
+        ((2.9, 3.1), (2.8, 3.2), True),  # full credit at 2.56 at most (1.3 + 0.7 x 1.8)
+        ((2.9, 3.5), (2.8, 3.2), False),  # the reference's top (3.5) would ask 2.84
+        ((2.9, 3.1), (0.9, 1.2), True),  # below the floor 1.3: zero whatever comes
+        ((2.9, 3.1), (1.2, 1.6), False),  # partial credit: every round counts
+        ((1.1, 3.1), (2.9, 3.2), False),  # the reference reaches the floor: maybe not gradable
+    ],
+)
+def test_sampling_stops_once_more_rounds_cannot_change_the_grade(ref, cand, decided):
+    row = Target("00", "rel", "cpu", "speedup", 3.0, 1.3, "4x", "1x", "test", "today")
+    assert checks._grade_decided(row, _timed(ref, cand)) is decided
 
 
 def test_relative_speedup_says_when_the_reference_does_not_separate():

@@ -102,6 +102,24 @@ def test_the_lab_contract_lists_judged_labs_targets():
     assert module("06").JUDGED and module("09").JUDGED
 
 
+def test_labs_that_time_baselines_start_their_twin_with_the_worker():
+    from ptcourse.judge.judge import _times_in_twin
+
+    timed = {each.LAB.number for each in written() if _times_in_twin(each.LAB.number)}
+    assert {"01", "03", "04", "06", "08", "09", "10"} <= timed
+    assert not {"00", "05"} & timed  # no speed or memory row: no twin to pay for
+
+
+def test_a_twin_started_early_answers_once_asked(make_worker):
+    worker = make_worker()
+    early = worker.twin(wait=False)
+    assert early.running and not early.answered
+    assert worker.twin() is early and early.answered  # the same process, now ready
+    assert early.request("ping") is True
+    worker.kill()
+    assert not early.running
+
+
 def test_a_cell_past_its_time_is_interrupted_and_the_worker_keeps_its_state(make_worker):
     from ptcourse.judge.judge import Judge
 
@@ -122,6 +140,28 @@ def test_a_cell_that_ignores_interrupts_costs_only_itself(make_worker):
     outputs = judge.run_cell(1, stuck)
     assert "ignored interrupts" in outputs[-1].evalue
     assert judge.run_cell(2, "print(kept + 1)")[0].text == "42\n"  # replayed on a fresh worker
+    assert judge.log == ["worker restarted; replayed 1 cells"]
+
+
+def test_a_check_that_ends_the_worker_costs_no_later_cell(make_worker):
+    """A check's call into a looping answer ends the worker after a cell's time; the next cell
+    runs on a fresh worker that replays what finished (not the cell that timed out, which
+    would time out again in every replay), instead of being blamed for the dead worker."""
+    import time
+
+    from ptcourse.judge.judge import Judge
+    from ptcourse.judge.remote import WorkerGone
+
+    worker = make_worker()
+    worker.call_timeout = 1.0
+    judge = Judge(worker, cell_timeout=1.0)
+    judge.run_cell(0, "kept = 41\ndef spin():\n    while True:\n        pass")
+    judge.run_cell(1, "spin()")  # interrupted past its time
+    started = time.monotonic()
+    with pytest.raises(WorkerGone):
+        worker.request("lookup", "spin")()  # a check's call: no reply within call_timeout
+    assert time.monotonic() - started < 10 and not worker.running
+    assert judge.run_cell(2, "print(kept + 1)")[0].text == "42\n"
     assert judge.log == ["worker restarted; replayed 1 cells"]
 
 

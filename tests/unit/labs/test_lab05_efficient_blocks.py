@@ -256,6 +256,25 @@ def test_accuracy_check_baseline_trains_exactly_as_the_standard_block(short_trai
     assert earned is None or earned >= 1
 
 
+def test_accuracy_check_grades_the_best_of_three_runs_when_a_seed_falls_short(graded, monkeypatch):
+    # seed 1042 of a smoke sweep: the reference block 0.375, the standard block 0.703
+    runs = iter([{"efficient": 0.375, "standard": 0.703}, {"efficient": 0.5, "standard": 0.6}])
+    monkeypatch.setattr(blocks, "accuracies", lambda block, seed: next(runs))
+    assert blocks.check_accuracy(Reference, points=2) == 2
+
+
+def test_accuracy_check_a_run_below_the_floor_never_outranks_one_above_it(graded, monkeypatch):
+    # the first run learns too little (fails `accuracy`) but keeps up with a standard block that
+    # also failed; the second learns and drops more than the target: partial credit, not zero
+    runs = [
+        {"efficient": 0.33, "standard": 0.28},  # drop -0.05: full credit for that half alone
+        {"efficient": 0.35, "standard": 0.80},  # a quarter and about a quarter of each half
+        {"efficient": 0.25, "standard": 0.70},
+    ]
+    monkeypatch.setattr(blocks, "accuracies", lambda block, seed: runs.pop(0))
+    assert 0 < blocks.check_accuracy(Reference, points=2) < 2
+
+
 def test_accuracy_check_fails_a_block_that_ignores_its_input(short_training):
     with pytest.raises(CheckFailed, match="accuracy"):
         blocks.check_accuracy(IgnoresInput, points=2)
