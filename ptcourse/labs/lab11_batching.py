@@ -31,6 +31,7 @@ simulated queue.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import numbers
@@ -50,7 +51,7 @@ from torch import Tensor, nn
 from ptcourse.core import lineup, measure, seeds
 from ptcourse.core.smoke import pick
 from ptcourse.grading import checks, targets
-from ptcourse.grading.targets import Target
+from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("11")
 Curve = dict[int, float]  # batch size -> seconds per batch
@@ -707,6 +708,22 @@ def heavy_is_gradable(curve: Curve) -> bool:
     return heavy_load(curve).rate_hz * curve[1] >= HEAVY_MIN_OVERLOAD
 
 
+# The share of requests within the objective is deterministic given the curve and the trace,
+# but the curve is this machine's: on a measured curve whose batch 2 costs 2-2.6 x t(1) (one
+# request takes a matrix-vector path), the reference policy served 0.915-1.0 of the heavy trace
+# and 0.946-1.0 of the light one (2026-12-04, smoke curves, 3 trace seeds each). So full credit
+# is relative: the reference policy's share, replayed on the same curve and trace, minus this.
+SHARE_MARGIN = 0.02
+
+
+def full_credit_share(load_name: str, reference_share: float) -> float:
+    """The share within the objective that earns full credit on the ``load_name`` trace where
+    the reference policy serves ``reference_share`` of it within the objective: that minus
+    :data:`SHARE_MARGIN`, at most the row's target, at least 5 points above its floor."""
+    row = targets.pick(TARGETS, f"{load_name}_load", "cpu")
+    return max(row.floor + 0.05, min(row.target, reference_share - SHARE_MARGIN))
+
+
 _CURVES: dict[tuple[int, ...], Curve] = {}
 
 
@@ -722,12 +739,6 @@ def grading_curve(answer: Any = None) -> Curve:
 # ---------------------------------------------------------------------------------------------
 # Targets
 
-# TODO(lab 11, draft): nothing below has been timed yet. Before the lab counts as written:
-# run SCRIPT (--runs 5, full and smoke, other core busy) and record t(1), the batching gain,
-# the knee and each row's spread; set batched_speedup's target and floor from it; check that
-# the gain clears 1.25 / HEAVY_LOAD (else resize the model in sizes()); execute the notebook in
-# smoke mode (<= 60 s on 2 cores) and time the judge's heavy/light checks (one round trip per
-# decision of the policy); release labs/11-batching; run the grading tier for lab 11.
 SCRIPT = "tools/measure/lab11_batching.py"
 SYNTHETIC = (
     "simulated on t(b) = 2 ms + 0.3 ms x b (b = 1…128), trace seeds 0-4 "
@@ -735,30 +746,32 @@ SYNTHETIC = (
 )
 TARGETS: tuple[Target, ...] = (
     # Share of requests served within the objective (10 x t(1) heavy, 4 x t(1) light) when the
-    # graders replay the policy on this machine's curve: 0.95 is "p95 within the objective".
-    # Deterministic given the curve and the seed; the curve is measured where the grade is given.
-    # TODO: the curve of build_model measured with SCRIPT (t(1), gain, knee, both rows' spread).
+    # graders replay the policy on this machine's curve: 0.95 is "p95 within the objective",
+    # lowered to the reference policy's share on the same curve and trace minus 2 points.
     Target("11", "heavy_load", "cpu", "score", 0.95, 0.5,
-           f"reference policy (knee 64, max_wait t(1)): 1.0 on every seed (p95 4.7-5.3 x t(1)); "
-           f"greedy (64, 0) 1.0; {SYNTHETIC}",
-           "batch 1, no wait: 0.003-0.004 (p95 ~2900 x t(1): its queue grows without bound); "
-           "always a full batch of 64: 0.062-0.071; max_batch 4: 0.015-0.022; max_wait 8 x "
-           "t(1): 0.51-0.55 (same curve and seeds)",
-           "the grader's simulator on a synthetic curve (no machine)", "2026-12-04",
-           script=SCRIPT),
+           f"{SCRIPT} --runs 5 on this machine's curves (t(1) 0.75-1.38 ms, batching gain "
+           "5.8-11.1x, knee 64-128): reference policy 0.859-1.0, median 0.948 (full); "
+           "0.830-0.997, median 0.957 (smoke): graded against the reference's share on the same "
+           f"curve and trace (full_credit_share). Synthetic: 1.0 on every seed; {SYNTHETIC}",
+           "batch 1, no wait: 0.00275-0.0035 (its queue grows without bound); always a full "
+           "batch: 0-0.377 (measured curves); synthetic: max_batch 4: 0.015-0.022, max_wait 8 x "
+           "t(1): 0.51-0.55",
+           ZEN4_VM, "2026-12-04", SCRIPT),
     Target("11", "light_load", "cpu", "score", 0.95, 0.5,
-           f"reference policy: 1.0 on every seed (p95 2.13 x t(1)); {SYNTHETIC}",
-           "always a full batch of 64: 0.0 (p95 273-294 x t(1), the tail never served); "
-           "max_wait 3 x t(1): 0.66-0.67, 8 x t(1): 0.20-0.25; batch 1: 1.0 (a light load needs "
-           "no batching: the heavy row is the one it fails)",
-           "the grader's simulator on a synthetic curve (no machine)", "2026-12-04",
-           script=SCRIPT),
-    # PROVISIONAL, not measured yet: batched vs per-request inference of build_model, 64
-    # requests per call, one thread (graded relative to the reference in the same run).
-    Target("11", "batched_speedup", "cpu", "speedup", 3.0, 1.3,
-           f"TODO: not measured yet ({SCRIPT}); graded relative to reference_batched_predict",
-           "TODO: per-request loop pasted as the answer, expected about 1.0x",
-           "not measured yet", "2026-12-04", script=SCRIPT),
+           f"{SCRIPT} --runs 5: reference policy 0.956-1.0, median 0.988 (full); 0.961-1.0 "
+           "(smoke); 0.946 on a curve whose batch 2 costs 2.5 x t(1). Synthetic: 1.0 on every "
+           f"seed; {SYNTHETIC}",
+           "always a full batch: 0.0 (the tail never served); synthetic: max_wait 3 x t(1): "
+           "0.66-0.67, 8 x t(1): 0.20-0.25; batch 1: 0.999-1.0 (a light load needs no "
+           "batching: the heavy row is the one it fails)",
+           ZEN4_VM, "2026-12-04", SCRIPT),
+    # Batched vs per-request inference of build_model, 64 requests per call, one thread,
+    # graded relative to reference_batched_predict in the same run (checks.relative_speedup).
+    Target("11", "batched_speedup", "cpu", "speedup", 5.0, 1.5,
+           f"{SCRIPT} --runs 5: reference 7.0-9.7x, median 7.9x (full); 7.3-8.6x, median 7.5x "
+           "(smoke); the curve's batching gain 8.2-11.1x (full), 7.3-11.5x (smoke)",
+           "per-request loop pasted as the answer: 0.88-0.98x (full), 0.93-1.04x (smoke)",
+           ZEN4_VM, "2026-12-04", SCRIPT),
 )  # fmt: skip
 
 JUDGED = ("knee", "batched_predict", "batched_speed", "heavy_load", "light_load")
@@ -892,7 +905,11 @@ def _grade_load(
         f"within {ref.within(load.slo_s):.1%}"
     )
     goal = targets.goal(TARGETS, f"{load.name}_load")
-    return checks.value(goal, lambda: served.within(load.slo_s), points=points)
+    full = full_credit_share(load.name, ref.within(load.slo_s))
+    print(f"  full credit at {full:.1%} within the objective: the reference's share here minus "
+          f"{SHARE_MARGIN:.0%}, at most {goal.row.target:.0%}")  # fmt: skip
+    relative = targets.Goal(dataclasses.replace(goal.row, target=full), goal.track)
+    return checks.value(relative, lambda: served.within(load.slo_s), points=points)
 
 
 def check_heavy_load(

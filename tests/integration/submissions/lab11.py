@@ -1,4 +1,4 @@
-"""Lab 11 (batching): a baseline-equivalent submission. NOT RUN YET (draft lab).
+"""Lab 11 (batching): a baseline-equivalent submission.
 
 "baseline" serves one request at a time: ``batched_predict`` loops over the requests (right
 outputs, so it keeps the correctness check, but ~1.0x: 0 on the speed check), and the policy
