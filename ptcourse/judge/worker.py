@@ -25,10 +25,18 @@ import traceback
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import torch
 
 HEADER = struct.Struct("<Q")
 DATA = (torch.Tensor, int, float, complex, str, bytes, bool, type(None), torch.dtype, torch.Size)
+# numpy's own scalar types (np.int64 from an argmax, np.float64 from a mean) cross as the Python
+# number they hold: their exact types, so a subclass with its own equality stays a reference.
+NUMPY_SCALARS = frozenset(
+    t
+    for t in np.sctypeDict.values()
+    if issubclass(t, np.number | np.bool_) and not issubclass(t, np.timedelta64)
+)
 
 
 def read_exactly(stream: BinaryIO, size: int) -> bytes:
@@ -68,6 +76,8 @@ class Objects:
             return obj.detach().as_subclass(torch.Tensor)
         if type(obj) in DATA:  # exact types: a subclass could redefine what equality means
             return obj
+        if type(obj) in NUMPY_SCALARS:
+            return obj.item()
         if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
             return type(obj)(self.encode(each) for each in obj)
         if type(obj) is dict and all(isinstance(key, str) for key in obj):

@@ -23,6 +23,23 @@ def test_data_comes_back_as_data_and_functions_as_references(make_worker):
     assert torch.equal(square(torch.arange(3)), torch.tensor([0, 1, 4]))
 
 
+def test_numpy_scalars_come_back_as_python_numbers_and_their_subclasses_as_references(
+    make_worker,
+):
+    worker = make_worker()
+    run(
+        worker,
+        "import numpy as np\n"
+        "class Liar(np.int64):\n"
+        "    def __eq__(self, other):\n"
+        "        return True\n"
+        "found = [np.int64(64), np.float32(0.5), np.bool_(True), Liar(3)]",
+    )
+    found = worker.request("lookup", "found")
+    assert found[:3] == [64, 0.5, True] and type(found[0]) is int and type(found[2]) is bool
+    assert isinstance(found[3], Remote)
+
+
 def test_objects_that_would_run_code_in_the_judge_never_leave_the_worker(make_worker):
     worker = make_worker()
     run(
