@@ -52,6 +52,21 @@ for path in (checks.__file__, ptcourse.labs.__file__):
         print("could not rewrite", path, error)
 """
 
+# Lab 11: make the replay forgiving where the notebook can reach it (the grader's objective,
+# the reference it is graded against, the simulator itself) and report a tiny batch-1 time.
+RIG_THE_REPLAY = """
+import ptcourse.labs.lab11_batching as _b
+_b.full_credit_share = lambda name, share: 0.0
+_b.heavy_is_gradable = lambda curve: False
+_b.reference_knobs = lambda curve: (1, 0.0)
+_b.reference_dispatch = lambda ages, max_batch, max_wait: 1
+_b.grading_curve = lambda answer=None: {b: 1.0 for b in (1, 2, 4, 8, 16, 32, 64, 128)}
+_real_simulate = _b.simulate
+_b.simulate = lambda arrivals, dispatch, knobs, curve: _real_simulate(
+    arrivals[:1], dispatch, knobs, curve
+)
+"""
+
 PATCH_CLOCKS = """
 import time, timeit
 _real = time.perf_counter
@@ -198,5 +213,7 @@ ATTACKS = (
     Attack("rewrite_later_cells_00", "00", "blank", start=(REWRITE_LATER_CELLS,)),
     Attack("patch_graders_05", "05", "blank", start=(PATCH_GRADERS,)),
     Attack("patch_harness", "01", "baseline", start=(PATCH_HARNESS,)),
+    Attack("patch_graders_11", "11", "blank", start=(PATCH_GRADERS,)),
+    Attack("rig_the_replay_11", "11", "baseline", end=(RIG_THE_REPLAY,), in_slice=True),
     Attack("honest_noise", "06", "reference", end=(HONEST_NOISE,), honest=True, in_slice=True),
 )
