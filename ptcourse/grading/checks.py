@@ -186,7 +186,8 @@ def best_run(run: Callable[[int], Run], credit_of: Callable[[Run], float], *, at
 
     For graded values that depend on the seed through a short training run: a correct answer's
     run misses its target on a few seeds in a hundred, and grading one run would fail it there.
-    An answer that cannot learn misses on every seed, so it gains nothing from the retries.
+    Retries also give a wrong answer whose value varies more chances: a check first fails what
+    it can tell apart without the seed (Lab 05: a block whose weights never changed).
     """
     seed = secret_seed()
     runs: list[Run] = []
