@@ -13,33 +13,17 @@ values (min–max, median) and the points each answer earned.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import statistics
 from collections.abc import Callable
 
 import torch
+from reporting import graded, print_rows
 
 from ptcourse.core import measure, smoke
 from ptcourse.grading import checks
 from ptcourse.labs import lab06_attention as lab
 
 ANSWERS = {"reference": lab.reference_sdpa, "baseline": lab.baseline_attention}
-ROWS: dict[str, Callable[..., float]] = {
-    "speedup": lab.check_speed,
-    "peak_memory": lab.check_memory,
-}
-
-
-def graded(check: Callable[..., float], answer: lab.Attention) -> checks.Result:
-    """The result ``check`` recorded for ``answer`` (its printed lines swallowed)."""
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(checks.CheckFailed):
-        check(answer, points=1)
-    return checks.RESULTS[-1]
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):.3g}–{max(values):.3g}, median {statistics.median(values):.3g}"
+CHECKS: tuple[Callable[..., float], ...] = (lab.check_speed, lab.check_memory)
 
 
 def main() -> int:
@@ -52,16 +36,14 @@ def main() -> int:
     with measure.busy_cores(1, max_seconds=7200):
         for mode in args.modes.split(","):
             smoke.set_smoke(mode == "smoke")
-            found = {(row, who): [] for row in ROWS for who in ANSWERS}
+            found: dict[tuple[str, str], list[checks.Result]] = {}
             for _ in range(args.runs):
-                for row, check in ROWS.items():
+                for check in CHECKS:
                     for who, answer in ANSWERS.items():
-                        found[row, who].append(graded(check, answer))
+                        for result in graded(check, answer, points=1):
+                            found.setdefault((result.check, who), []).append(result)
             print(f"== lab 06, {mode} mode, {args.runs} runs ({lab.sizes()})")
-            for (row, who), results in found.items():
-                points = ", ".join(f"{r.points:g}" for r in results)
-                print(f"{row:<12} {who:<9} {spread([r.value for r in results])}; points {points}")
-                print(f"{'':<22} last run: {results[-1].message.splitlines()[-1].strip()}")
+            print_rows(found)
     return 0
 
 

@@ -19,13 +19,10 @@ of the measured values (min–max, median) and the points each answer earned.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import statistics
-from collections.abc import Callable
 from typing import Any
 
 import torch
+from reporting import graded, print_rows
 
 from ptcourse.core import measure, smoke
 from ptcourse.grading import checks
@@ -41,18 +38,6 @@ def answers() -> dict[str, tuple[Any, Any, Any]]:
         "reference": (ops[0], found.top_shapes[ops[0]], stages[0]),
         "baseline": (ops[1], found.top_shapes[ops[1]], stages[1]),
     }
-
-
-def graded(check: Callable[..., float], *answer: Any) -> list[checks.Result]:
-    """The results ``check`` recorded for ``answer`` (its printed lines swallowed)."""
-    before = len(checks.RESULTS)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(checks.CheckFailed):
-        check(*answer, points=3)
-    return checks.RESULTS[before:]
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):.3g}–{max(values):.3g}, median {statistics.median(values):.3g}"
 
 
 def one_run(diagnoses: dict[str, tuple[Any, Any, Any]]) -> list[tuple[str, checks.Result]]:
@@ -85,10 +70,7 @@ def main() -> int:
             print(f"== lab 09, {mode} mode, {args.runs} runs ({lab.sizes()})")
             for who, answer in diagnoses.items():
                 print(f"diagnosis answer, {who}: {answer}")
-            for (row, who), results in sorted(found.items()):
-                points = ", ".join(f"{r.points:g}" for r in results)
-                print(f"{row:<16} {who:<9} {spread([r.value for r in results])}; points {points}")
-                print(f"{'':<26} last run: {results[-1].message.splitlines()[-1].strip()}")
+            print_rows(found)
     return 0
 
 

@@ -20,12 +20,12 @@ import contextlib
 import copy
 import json
 import os
-import statistics
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from reporting import spread
 from torch import nn
 
 from ptcourse.core import hardware, measure
@@ -72,10 +72,6 @@ def one_run(answers: dict[str, dict[str, Callable]]) -> dict[str, dict[str, floa
         values[who] |= graded(lab.check_fast_size, answer["fast_int8"], 1)
         values[who] |= graded(lab.check_fast_speed, answer["fast_int8"], 4)
     return values
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):.3g}–{max(values):.3g}, median {statistics.median(values):.3g}"
 
 
 def main() -> None:

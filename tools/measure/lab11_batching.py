@@ -21,13 +21,10 @@ the curve's numbers.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import statistics
-from collections.abc import Callable
 from typing import Any
 
 import torch
+from reporting import graded, print_rows, spread
 
 from ptcourse.core import measure, smoke
 from ptcourse.grading import checks
@@ -39,18 +36,6 @@ POLICIES: dict[str, tuple[Any, Any]] = {
     "full_batch": (lab.reference_knobs, lab.full_batch_dispatch),
 }
 PREDICTORS = {"reference": lab.reference_batched_predict, "baseline": lab.per_request_predict}
-
-
-def graded(check: Callable[..., float], *answer: Any) -> list[checks.Result]:
-    """The results ``check`` recorded for ``answer`` (its printed lines swallowed)."""
-    before = len(checks.RESULTS)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(checks.CheckFailed):
-        check(*answer, points=3)
-    return checks.RESULTS[before:]
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):.3g}–{max(values):.3g}, median {statistics.median(values):.3g}"
 
 
 def one_run() -> tuple[dict[str, float], list[tuple[str, checks.Result]]]:
@@ -92,10 +77,7 @@ def main() -> int:
             print(f"== lab 11, {mode} mode, {args.runs} runs ({lab.sizes()})")
             for key, values in curves.items():
                 print(f"curve {key:<15} {spread(values)}")
-            for (row, who), results in sorted(found.items()):
-                points = ", ".join(f"{r.points:g}" for r in results)
-                print(f"{row:<16} {who:<10} {spread([r.value for r in results])}; points {points}")
-                print(f"{'':<27} last run: {results[-1].message.splitlines()[-1].strip()}")
+            print_rows(found)
     return 0
 
 
