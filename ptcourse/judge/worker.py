@@ -30,6 +30,7 @@ import torch
 
 HEADER = struct.Struct("<Q")
 DATA = (torch.Tensor, int, float, complex, str, bytes, bool, type(None), torch.dtype, torch.Size)
+DICT_KEYS = (str, int, float, bool)  # exact types: a key's equality and hash are the built-in's
 # numpy's own scalar types (np.int64 from an argmax, np.float64 from a mean) cross as the Python
 # number they hold: their exact types, so a subclass with its own equality stays a reference.
 NUMPY_SCALARS = frozenset(
@@ -80,7 +81,7 @@ class Objects:
             return obj.item()
         if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
             return type(obj)(self.encode(each) for each in obj)
-        if type(obj) is dict and all(isinstance(key, str) for key in obj):
+        if type(obj) is dict and all(type(key) in DICT_KEYS for key in obj):
             return {key: self.encode(each) for key, each in obj.items()}
         return self.keep(obj)
 

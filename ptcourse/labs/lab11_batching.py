@@ -133,8 +133,8 @@ def measure_curve(
     device: str = "cpu",
 ) -> Curve:
     """Seconds per forward pass of :func:`build_model` at each batch size (median, one thread,
-    inference mode, warm-up excluded), cleaned by :func:`clean_curve`. The graders run it in
-    the judge's trusted twin through :func:`curve_points`."""
+    inference mode, warm-up excluded), cleaned by :func:`clean_curve`. A module-level function
+    that returns data, so the graders can run it in the judge's trusted twin."""
     size = sizes()
     batch_sizes = tuple(batch_sizes or size.batch_sizes)
     min_run_time = size.curve_time_s if min_run_time is None else min_run_time
@@ -732,14 +732,8 @@ def grading_curve(answer: Any = None) -> Curve:
     (in the judge: in the trusted twin of the answer's worker, as the baselines are timed)."""
     key = sizes().batch_sizes
     if key not in _CURVES:
-        _CURVES[key] = dict(checks.run_alike(answer, curve_points, key))
+        _CURVES[key] = checks.run_alike(answer, measure_curve, key)
     return _CURVES[key]
-
-
-def curve_points(batch_sizes: Sequence[int]) -> list[tuple[int, float]]:
-    """:func:`measure_curve` as (batch size, seconds) pairs: data that crosses from the judge's
-    twin as itself (a dict crosses as data only with string keys)."""
-    return sorted(measure_curve(batch_sizes).items())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ SQUARE = "import torch\ndef square(x):\n    return x * x\n"
 
 def test_data_comes_back_as_data_and_functions_as_references(make_worker):
     worker = make_worker()
-    run(worker, SQUARE + "table = {'a': torch.ones(2), 'b': [1, 2.5, 'x', None]}")
-    assert worker.request("lookup", "table")["b"] == [1, 2.5, "x", None]
+    run(worker, SQUARE + "table = {'a': torch.ones(2), 'b': [1, 2.5, 'x', None], 'c': {1: 0.5}}")
+    table = worker.request("lookup", "table")
+    assert table["b"] == [1, 2.5, "x", None] and table["c"] == {1: 0.5}  # a curve: int keys
     square = worker.request("lookup", "square")
     assert isinstance(square, Remote)
     assert torch.equal(square(torch.arange(3)), torch.tensor([0, 1, 4]))
@@ -52,6 +53,12 @@ def test_objects_that_would_run_code_in_the_judge_never_leave_the_worker(make_wo
         "mixed = [torch.zeros(1), Evil()]",
     )
     assert isinstance(worker.request("lookup", "evil"), Remote)
+    run(
+        worker,
+        "class Key(int):\n    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = int.__hash__\nkeyed = {Key(1): 2.0}",
+    )
+    assert isinstance(worker.request("lookup", "keyed"), Remote)
     assert isinstance(worker.request("lookup", "mixed")[1], Remote)
 
 
