@@ -154,7 +154,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    commands = parser()
+    # argparse hands a REMAINDER nothing that starts with "-" when it comes first, so
+    # `ptcourse lab --allow-root` would be refused: jupyter's own options pass through here
+    args, unknown = commands.parse_known_args(argv)
+    if unknown and args.func is not _lab:
+        commands.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.func is _lab:
+        args.jupyter_args = [a for a in [*unknown, *args.jupyter_args] if a != "--"]
     return args.func(args)
 
 

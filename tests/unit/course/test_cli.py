@@ -65,3 +65,21 @@ def test_a_surprise_while_grading_one_submission_fails_only_that_one(monkeypatch
     score = autograde._autograde_one(lab("00"), "mallory", tmp_path, timeout_s=5)
     assert score.status == "failed"
     assert "UnicodeDecodeError" in score.detail
+
+
+@pytest.mark.parametrize(
+    "argv", [["--allow-root", "--no-browser"], ["--", "--allow-root", "--no-browser"]]
+)
+def test_lab_passes_jupyters_own_options_through(monkeypatch, argv):
+    from ptcourse.assets import datasets
+
+    started = []
+    monkeypatch.setattr(datasets, "ensure", lambda name, smoke: None)
+    monkeypatch.setattr(cli.os, "execv", lambda path, command: started.append(command))
+    cli.main(["lab", *argv])
+    assert started[0][-2:] == ["--allow-root", "--no-browser"]
+
+
+def test_other_commands_still_refuse_unknown_options():
+    with pytest.raises(SystemExit):
+        cli.main(["targets", "--allow-root"])
