@@ -9,8 +9,11 @@ import functools
 import importlib
 import os
 import platform
+import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -148,6 +151,8 @@ def has(capability: str) -> bool:
     name — cheap, unlike ``machine()``, which imports every backend."""
     if capability == "cuda":
         return _cuda().available
+    if capability == "cxx_compiler":
+        return cxx_compiler().available
     if capability == "fast_bf16":
         _, flags = _cpu_info()
         advertised = "amx_bf16" in flags or "avx512_bf16" in flags
@@ -182,6 +187,34 @@ def bf16_matmul_ratio(n: int = 256, repeats: int = 5) -> float:
         return best(torch.bfloat16) / best(torch.float32)
     finally:
         torch.set_num_threads(threads)
+
+
+@functools.cache
+def cxx_compiler() -> Backend:
+    """Whether the C++ compiler torch.compile's inductor would use builds a program here.
+
+    Inductor writes C++ kernels for the CPU and compiles them on first call; without a working
+    compiler every ``torch.compile`` with the default backend fails at that call."""
+    try:
+        with captured_stderr():
+            from torch._inductor.cpp_builder import get_cpp_compiler
+
+            compiler = get_cpp_compiler()
+    except Exception as error:  # no compiler found, or inductor itself broken
+        return Backend("C++ compiler", False, detail=f"{type(error).__name__}: {error}"[:120])
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "probe.cpp"
+        source.write_text("int main() { return 0; }\n")
+        try:
+            built = subprocess.run(
+                [compiler, str(source), "-o", str(Path(folder) / "probe")],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return Backend("C++ compiler", False, detail=f"{compiler}: {error}"[:120])
+    if built.returncode != 0:
+        return Backend("C++ compiler", False, detail=f"{compiler}: {built.stderr.strip()}"[:120])
+    return Backend("C++ compiler", True, detail=f"{compiler} (torch.compile's inductor)")
 
 
 def _missing(needs: tuple[str, ...]) -> list[str]:
@@ -235,7 +268,7 @@ def doctor_report() -> str:
         "",
         "Optional backends",
     ]
-    for b in m.backends:
+    for b in (*m.backends, cxx_compiler()):
         state = f"yes {b.version}" if b.available else "no"
         lines.append(f"  {b.name:<16}{state:<12}{b.detail}")
     lines += ["", "Labs and the track each runs here"]

@@ -70,7 +70,8 @@ LABS: tuple[Lab, ...] = (
         "int8 dynamic (torchao; torch.ao as legacy; ORT)", "—"),
     Lab("11", "batching", "Batching", 45, "throughput vs latency vs batch size", "—"),
     Lab("12", "torch-compile", "torch.compile", 60,
-        "modes, compile cost, graph breaks", "—"),
+        "compile cost and break-even, graph breaks, recompiles, freezing for CPU inference",
+        "—", cpu_needs=("cxx_compiler",)),
     Lab("13", "capstone", "Capstone: inspection model ≥ 10x", 120,
         "make it ≥ 10x faster end to end", "≥ 15x"),
 )  # fmt: skip
