@@ -67,6 +67,33 @@ _b.simulate = lambda arrivals, dispatch, knobs, curve: _real_simulate(
 )
 """
 
+# Lab 12: report one graph and no recompile, with the eager outputs, from the functions that
+# count in the worker; make the reference as slow as eager.
+RIG_THE_COUNTS = """
+import torch
+import ptcourse.labs.lab12_torch_compile as _c
+
+def _report(outputs):
+    n = len(outputs)
+    return {"graphs": 1, "runs": n, "calls": n, "outputs": outputs, "error": ""}
+
+def _graphs(make_head, state, inputs):
+    head = _c.PlantedHead()
+    head.load_state_dict(state)
+    with torch.no_grad():
+        return _report([head(x) for x in inputs])
+
+def _recompiles(compile_for_any_length, seed, warm, new):
+    model = _c.token_classifier(seed)
+    with torch.no_grad():
+        return _report([model(t) for t in warm + new])
+
+_c.count_graphs, _c.count_recompiles = _graphs, _recompiles
+_c.GraphReport.of = classmethod(lambda cls, data: cls(**data))
+_c.MAX_COMPILES = 10**6
+_c.ReferenceCompiled = lambda model: model
+"""
+
 PATCH_CLOCKS = """
 import time, timeit
 _real = time.perf_counter
@@ -215,5 +242,6 @@ ATTACKS = (
     Attack("patch_harness", "01", "baseline", start=(PATCH_HARNESS,)),
     Attack("patch_graders_11", "11", "blank", start=(PATCH_GRADERS,)),
     Attack("rig_the_replay_11", "11", "baseline", end=(RIG_THE_REPLAY,), in_slice=True),
+    Attack("rig_the_counts_12", "12", "baseline", end=(RIG_THE_COUNTS,)),
     Attack("honest_noise", "06", "reference", end=(HONEST_NOISE,), honest=True, in_slice=True),
 )
