@@ -6,6 +6,7 @@ Every probe is defensive: a missing or broken optional package is reported, neve
 from __future__ import annotations
 
 import functools
+import getpass
 import importlib
 import os
 import platform
@@ -215,6 +216,20 @@ def cxx_compiler() -> Backend:
     if built.returncode != 0:
         return Backend("C++ compiler", False, detail=f"{compiler}: {built.stderr.strip()}"[:120])
     return Backend("C++ compiler", True, detail=f"{compiler} (torch.compile's inductor)")
+
+
+def separate_inductor_cache() -> str:
+    """Give inductor a cache folder of this CPU configuration's own, unless one is set, and
+    return it. Inductor's on-disk cache is not keyed by ``ATEN_CPU_CAPABILITY`` or
+    ``ONEDNN_MAX_CPU_ISA``: on the Zen 4 VM (2026-12-04) a scorer compiled natively and then
+    again under ``ATEN_CPU_CAPABILITY=avx2`` loaded the AVX-512 kernels and returned NaN, and
+    the reverse order crashed the process; each configuration with its own folder was right."""
+    if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "").lower()
+        name = f"torchinductor_{getpass.getuser()}_{torch.backends.cpu.get_cpu_capability()}"
+        folder = Path(tempfile.gettempdir()) / (f"{name}_onednn_{isa}" if isa else name)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def _missing(needs: tuple[str, ...]) -> list[str]:

@@ -4,7 +4,8 @@ variation exactly what its base earns; every submission's grading completes; not
 started outlives the run; the course's files are untouched.
 
 CI runs the slice marked ``in_slice``; ``PTCOURSE_ADVERSARIAL=all pytest tests/adversarial``
-runs every attack (docs/grading.md lists the last full run's table).
+runs every attack (docs/grading.md lists the last full run's table), and
+``PTCOURSE_ADVERSARIAL=name,name`` the attacks named.
 """
 
 import copy
@@ -22,7 +23,12 @@ from ptcourse.course import paths
 
 pytestmark = pytest.mark.grading
 
-CHOSEN = [a for a in ATTACKS if os.environ.get("PTCOURSE_ADVERSARIAL") == "all" or a.in_slice]
+_ASKED = os.environ.get("PTCOURSE_ADVERSARIAL", "")
+CHOSEN = [
+    a
+    for a in ATTACKS
+    if _ASKED == "all" or a.name in _ASKED.split(",") or (not _ASKED and a.in_slice)
+]
 SLOW_SPEED = {"06": ["test_speed_hidden", "test_memory_hidden"], "09": ["test_fix_speed_hidden"]}
 
 

@@ -265,3 +265,31 @@ def test_inference_speed_passes_the_reference_and_fails_eager(monkeypatch):
     assert lab.check_inference_speed(reference_inference, points=4) > 0
     with pytest.raises(checks.CheckFailed):
         lab.check_inference_speed(lambda model: model, points=4)
+
+
+def test_the_baseline_compiles_every_new_shape_until_the_limit_then_runs_eager():
+    stream = lab.token_batches(lab.sizes().stream, 1000, torch.Generator().manual_seed(0))
+    counter = lab.GraphCounter()
+    compiled = lab.stream_report(lab.baseline_compile(lab.token_classifier(0), counter), stream)
+    limit = torch._dynamo.config.recompile_limit
+    assert len(stream) > limit
+    assert compiled == [True] * limit + [False] * (len(stream) - limit)
+    assert (counter.graphs, counter.runs) == (limit, limit)
+
+
+def test_each_cpu_configuration_gets_its_own_inductor_cache():
+    import os
+    import subprocess
+    import sys
+
+    def cache_under(**env):
+        code = "from ptcourse.core import hardware; print(hardware.separate_inductor_cache())"
+        clean = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+        run = subprocess.run([sys.executable, "-c", code], env={**clean, **env},
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        return run.stdout.strip()
+
+    native, avx2 = cache_under(), cache_under(ATEN_CPU_CAPABILITY="avx2")
+    onednn = cache_under(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
+    assert len({native, avx2, onednn}) == 3 and "avx2" in avx2
+    assert cache_under(TORCHINDUCTOR_CACHE_DIR="/tmp/mine") == "/tmp/mine"
