@@ -226,7 +226,8 @@ def separate_inductor_cache() -> str:
     the reverse order crashed the process; each configuration with its own folder was right."""
     if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
         isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "").lower()
-        name = f"torchinductor_{getpass.getuser()}_{torch.backends.cpu.get_cpu_capability()}"
+        capability = torch.backends.cpu.get_cpu_capability().lower()
+        name = f"torchinductor_{getpass.getuser()}_{capability}"
         folder = Path(tempfile.gettempdir()) / (f"{name}_onednn_{isa}" if isa else name)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     return os.environ["TORCHINDUCTOR_CACHE_DIR"]

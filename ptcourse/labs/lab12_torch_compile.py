@@ -629,16 +629,33 @@ def check_inference_speed(compile_for_inference: Callable[..., Any], *, points: 
     with measure.pinned_threads(1), captured_stderr():  # compiled for the threads it is timed on
         compiled = compile_for_inference(model)
         (x,) = fresh()
-        with torch.inference_mode():
-            got = compiled(x)
+        graphs, got = checks.beside(compiled, graphs_on_first_call, x)
     verify((x,), got)
+
+    def compiled_graphs_ran(reason: str) -> float:
+        if graphs < 1:
+            raise checks.CheckFailed(f"{reason}; and your first call compiled no graph")
+        print(f"graded instead: your first call compiled {graphs} graph(s), the outputs are right")
+        return float(points)
+
     return checks.relative_speedup(
         targets.goal(TARGETS, "inference_speedup"),
         checks.timed_alike(compiled, model, fresh, inference=True),
         checks.timed_alike(compiled, ReferenceCompiled(model), fresh, inference=True),
         checks.timed(compiled, fresh, verify, inference=True),
         points=points,
+        not_gradable=compiled_graphs_ran,
     )
+
+
+def graphs_on_first_call(run: Callable[[Tensor], Tensor], x: Tensor) -> tuple[int, Tensor]:
+    """How many graphs dynamo compiled during ``run(x)`` (its first call), and the output."""
+    from torch._dynamo.utils import counters
+
+    before = counters["stats"]["unique_graphs"]
+    with torch.inference_mode():
+        out = run(x)
+    return counters["stats"]["unique_graphs"] - before, out
 
 
 # inference_speedup: DefectScorer (2 x conv3x3+BN+GELU, 16 channels, 64x64 images), the student's
@@ -647,5 +664,13 @@ def check_inference_speed(compile_for_inference: Callable[..., Any], *, points: 
 SCRIPT = "tools/measure/lab12_torch_compile.py"
 TARGETS: tuple[Target, ...] = (
     Target("12", "inference_speedup", "cpu", "speedup", 1.5, 1.15,
-           "TODO measure", "TODO measure", ZEN4_VM, "2026-12-04", SCRIPT),
+           f"{SCRIPT} --runs 5 --full (other core loaded): the solution's compile_for_inference "
+           "1.74-1.83x, median 1.77 (smoke), 1.78-1.97x, median 1.81 (full), full marks in 10 "
+           "of 10; ReferenceCompiled beside it 1.56-1.82x. Under avx2-machine (--runs 3): "
+           "1.33-1.49x, ReferenceCompiled 1.24-1.36x (full credit there at 1.17-1.22x), full "
+           "marks in 6 of 6",
+           "the eager scorer returned as the answer (tests/integration/submissions/lab12.py): "
+           "0.88-1.00x native, 0.90-0.96x avx2-machine (in a notebook it runs without "
+           "inference mode); 0 points in 16 of 16",
+           ZEN4_VM, "2026-12-04", SCRIPT),
 )  # fmt: skip

@@ -293,3 +293,13 @@ def test_each_cpu_configuration_gets_its_own_inductor_cache():
     onednn = cache_under(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
     assert len({native, avx2, onednn}) == 3 and "avx2" in avx2
     assert cache_under(TORCHINDUCTOR_CACHE_DIR="/tmp/mine") == "/tmp/mine"
+
+
+def test_where_speed_is_not_gradable_a_compiled_answer_keeps_its_points_and_eager_does_not(
+    monkeypatch,
+):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    monkeypatch.setattr(checks, "relative_speedup", lambda *a, not_gradable, **k: not_gradable("x"))
+    assert lab.check_inference_speed(reference_inference, points=4) == 4
+    with pytest.raises(checks.CheckFailed, match="compiled no graph"):
+        lab.check_inference_speed(lambda model: model, points=4)
