@@ -208,7 +208,9 @@ class GraphReport:
 
 class PlantedHead(nn.Module):
     """An inspection head: conv features, a clip of hot spots, a heat map, and a report of two
-    numbers per image (peak heat, share of the image above 0.5).
+    numbers per image (peak heat, mean heat: smooth in the heat map, so a rewrite that rounds
+    differently cannot flip a pixel across a threshold — a share of pixels above 0.5 moved by
+    1/4096 for a correct compiled scorer under avx2-machine).
 
     It computes the right thing, and breaks dynamo's graph three times.
     """
@@ -225,8 +227,8 @@ class PlantedHead(nn.Module):
             f = f * (limit / f.amax())
         heat = torch.sigmoid(self.score(f) - 1.0)
         peaks = heat.amax(dim=(1, 2, 3)).tolist()  # post-processing in Python: and here
-        areas = (heat > 0.5).float().mean(dim=(1, 2, 3)).tolist()
-        return torch.tensor([[p, a] for p, a in zip(peaks, areas, strict=True)])
+        means = heat.mean(dim=(1, 2, 3)).tolist()
+        return torch.tensor([[p, m] for p, m in zip(peaks, means, strict=True)])
 
 
 def planted_head(seed: int = 0) -> PlantedHead:
@@ -363,7 +365,7 @@ def stream_report(serve: Callable[[Tensor], Tensor], batches: list[Tensor]) -> l
 
 
 class DefectScorer(nn.Module):
-    """Two conv+BN+GELU layers and a 1x1 score → (peak heat, defect area share) per image."""
+    """Two conv+BN+GELU layers and a 1x1 score → (peak heat, mean heat) per image."""
 
     def __init__(self, channels: int = 16) -> None:
         super().__init__()
@@ -378,7 +380,7 @@ class DefectScorer(nn.Module):
         f = self.features(x)
         f = f / (f.std(dim=(2, 3), keepdim=True) + 1e-5)
         heat = torch.sigmoid(2.0 * self.score(f) - 1.0)
-        area = (heat > 0.5).float().mean(dim=(1, 2, 3))
+        area = heat.mean(dim=(1, 2, 3))
         return torch.stack([heat.amax(dim=(1, 2, 3)), area], dim=1)
 
 

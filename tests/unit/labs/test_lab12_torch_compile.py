@@ -30,7 +30,7 @@ class OneGraphHead(lab.PlantedHead):
         peak = f.amax()
         f = torch.where(peak > limit, f * (limit / peak), f)
         heat = torch.sigmoid(self.score(f) - 1.0)
-        area = (heat > 0.5).float().mean(dim=(1, 2, 3))
+        area = heat.mean(dim=(1, 2, 3))
         return torch.stack([heat.amax(dim=(1, 2, 3)), area], dim=1)
 
 
@@ -39,7 +39,7 @@ class NeverClips(lab.PlantedHead):
 
     def forward(self, x):
         heat = torch.sigmoid(self.score(F.gelu(self.conv(x))) - 1.0)
-        area = (heat > 0.5).float().mean(dim=(1, 2, 3))
+        area = heat.mean(dim=(1, 2, 3))
         return torch.stack([heat.amax(dim=(1, 2, 3)), area], dim=1)
 
 
