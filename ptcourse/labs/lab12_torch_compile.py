@@ -667,12 +667,12 @@ SCRIPT = "tools/measure/lab12_torch_compile.py"
 TARGETS: tuple[Target, ...] = (
     Target("12", "inference_speedup", "cpu", "speedup", 1.5, 1.15,
            f"{SCRIPT} --runs 5 --full (other core loaded): the solution's compile_for_inference "
-           "1.74-1.83x, median 1.77 (smoke), 1.78-1.97x, median 1.81 (full), full marks in 10 "
-           "of 10; ReferenceCompiled beside it 1.56-1.82x. Under avx2-machine (--runs 3): "
-           "1.33-1.49x, ReferenceCompiled 1.24-1.36x (full credit there at 1.17-1.22x), full "
+           "1.85-1.97x, median 1.86 (smoke), 1.83-1.96x, median 1.86 (full), full marks in 10 "
+           "of 10; ReferenceCompiled beside it 1.75-1.82x. Under avx2-machine (--runs 3): "
+           "1.40-1.56x, ReferenceCompiled 1.43-1.47x (full credit there at 1.29-1.33x), full "
            "marks in 6 of 6",
            "the eager scorer returned as the answer (tests/integration/submissions/lab12.py): "
-           "0.88-1.00x native, 0.90-0.96x avx2-machine (in a notebook it runs without "
+           "0.93-0.97x native, 0.93-0.95x avx2-machine (in a notebook it runs without "
            "inference mode); 0 points in 16 of 16",
            ZEN4_VM, "2026-12-04", SCRIPT),
 )  # fmt: skip
