@@ -425,6 +425,16 @@ def inspection_image(seed: int, index: int) -> tuple[np.ndarray, int]:
     return np.clip(img, 0, 255, out=img).astype(np.uint8), label
 
 
+def camera_shot(seed: int, index: int, side: int = 1024) -> tuple[bytes, int]:
+    """Image ``index`` as a camera on the line delivers it: upscaled to ``side`` x ``side``
+    (bilinear) and JPEG-encoded (quality 90); and its class index. About 11 ms on one core."""
+    pixels, label = inspection_image(seed, index)
+    frame = Image.fromarray(pixels).resize((side, side), Image.Resampling.BILINEAR)
+    buffer = io.BytesIO()
+    frame.save(buffer, format="JPEG", quality=JPEG_QUALITY)
+    return buffer.getvalue(), label
+
+
 def _inspection_job(args: tuple[Path, int, int]) -> tuple[str, str]:
     folder, seed, index = args
     pixels, label = inspection_image(seed, index)

@@ -1,14 +1,18 @@
 """Small reference models the labs share: image classifiers, attention, a text classifier.
 
-Everything is randomly initialised (no weights are ever downloaded) and deterministic under
-``torch.manual_seed``. The transformer is written with plain ``nn.Linear`` layers rather than
-``nn.TransformerEncoder`` so that export and quantization tools see ordinary modules.
+Everything is randomly initialised and deterministic under ``torch.manual_seed``, except the
+inspection detector of Lab 13, whose trained weights are committed next to this file (made by
+``tools/train_inspection_detector.py``, checked by sha256); no weights are ever downloaded.
+The transformer is written with plain ``nn.Linear`` layers rather than ``nn.TransformerEncoder``
+so that export and quantization tools see ordinary modules.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +58,43 @@ def tiny_cnn(num_classes: int = 4, channels: int = 32) -> nn.Module:
         nn.Flatten(),
         nn.Linear(4 * c, num_classes),
     )
+
+
+DETECTOR_WEIGHTS = Path(__file__).with_name("inspection_detector.pt")
+DETECTOR_SHA256 = "a3e89c485d371bbd4b423df3c3d5b690c267e33058db3b75bb8377f709253bb1"
+
+
+def detector_net() -> nn.Module:
+    """Lab 13's defect detector, untrained: four conv-BN-ReLU layers (stride 8 in all) and a 1x1
+    conv to 4 class maps, fully convolutional: a 128x128 image gives (4, 16, 16) maps."""
+    return nn.Sequential(
+        _conv_bn_relu(3, 16, 2),
+        _conv_bn_relu(16, 32, 2),
+        _conv_bn_relu(32, 48, 2),
+        _conv_bn_relu(48, 64, 1),
+        nn.Conv2d(64, 4, 1),
+    )
+
+
+def image_logits(maps: Tensor) -> Tensor:
+    """(B, 4, H, W) class maps → (B, 4) image logits: a soft maximum over positions (a defect
+    anywhere makes the image defective)."""
+    return torch.logsumexp(maps.flatten(2) * 4.0, dim=2) / 4.0
+
+
+def inspection_detector() -> nn.Module:
+    """The trained detector in eval mode, from the committed weights (sha256-checked)."""
+    data = DETECTOR_WEIGHTS.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != DETECTOR_SHA256:
+        raise RuntimeError(
+            f"{DETECTOR_WEIGHTS} has sha256 {digest[:12]}…, expected {DETECTOR_SHA256[:12]}…: "
+            "restore it with `git checkout -- ptcourse/assets/inspection_detector.pt` or "
+            "rebuild it with `python tools/train_inspection_detector.py`"
+        )
+    model = detector_net()
+    model.load_state_dict(torch.load(DETECTOR_WEIGHTS, weights_only=True))
+    return model.eval()
 
 
 def naive_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
