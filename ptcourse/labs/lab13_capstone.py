@@ -476,8 +476,10 @@ def compare_lines(
 ) -> dict[str, measure.Speedup]:
     """Each line's speedup over :class:`BaselineLine` on ``frames``, in one interleaved run."""
     baseline = BaselineLine()
-    runs = {name: (lambda line=line: line(frames)) for name, line in lines.items()}
-    return measure.compare_many(lambda: baseline(frames), runs, budget_s=budget_s, min_rounds=4)
+    runs = {name: (lambda line=line: run_line(line, frames)) for name, line in lines.items()}
+    return measure.compare_many(
+        lambda: run_line(baseline, frames), runs, budget_s=budget_s, min_rounds=4
+    )
 
 
 def line_of(
@@ -591,10 +593,8 @@ def check_findings(inspect_lot: Callable[..., Any], *, points: float) -> float:
         f"{drop.baseline:.2f}; drop {drop.drop:.2f} points (98% CI {drop.low:.2f}–"
         f"{drop.high:.2f}), graded on {drop.low:.2f}"
     )
-    return checks.score(
-        targets.goal(TARGETS, "f1_drop"), max(drop.low, 0.0), points=points,
-        interval=(drop.low, drop.high), detail=detail,
-    )  # fmt: skip
+    graded = max(drop.low, 0.0)
+    return checks.score(targets.goal(TARGETS, "f1_drop"), graded, points=points, detail=detail)
 
 
 def check_lot_speed(inspect_lot: Callable[..., Any], *, points: float) -> float:
