@@ -94,6 +94,24 @@ _c.MAX_COMPILES = 10**6
 _c.ReferenceCompiled = lambda model: model
 """
 
+# Lab 13: fast, wrong reports from the functions the judge runs in the worker, and everything
+# the notebook can reach that judges them made forgiving (the judge's own copies are untouched).
+RIG_THE_LINE = """
+import ptcourse.labs.lab13_capstone as _l
+
+def _all_clean(line, frames):
+    return [{"defective": False, "kind": "clean", "regions": []} for _ in frames]
+
+def _staged(line, frames):
+    return _all_clean(line, frames), dict.fromkeys(("decode", "preprocess", "model", "post"), 1e-3)
+
+_l.run_line, _l.staged_run = _all_clean, _staged
+_l.valid_reports = lambda reports, frames: reports
+_l.Agreement.__call__ = lambda self, args, reports: None
+_l.ReferenceLine = _l.BaselineLine
+_l.BREAKDOWN_TOLERANCE = 10.0
+"""
+
 PATCH_CLOCKS = """
 import time, timeit
 _real = time.perf_counter
@@ -243,5 +261,6 @@ ATTACKS = (
     Attack("patch_graders_11", "11", "blank", start=(PATCH_GRADERS,)),
     Attack("rig_the_replay_11", "11", "baseline", end=(RIG_THE_REPLAY,), in_slice=True),
     Attack("rig_the_counts_12", "12", "baseline", end=(RIG_THE_COUNTS,)),
+    Attack("rig_the_line_13", "13", "baseline", end=(RIG_THE_LINE,)),
     Attack("honest_noise", "06", "reference", end=(HONEST_NOISE,), honest=True, in_slice=True),
 )
