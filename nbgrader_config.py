@@ -8,7 +8,8 @@ c = get_config()  # noqa: F821 — provided by nbgrader's config loader
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "labs"
-# PTCOURSE_BUILD moves every generated file elsewhere (separate grading runs never share a gradebook).
+# PTCOURSE_BUILD moves every generated file elsewhere (separate grading runs never share a
+# gradebook).
 build = os.path.join(c.CourseDirectory.root, os.environ.get("PTCOURSE_BUILD", "build"), "nbgrader")
 c.CourseDirectory.submitted_directory = os.path.join(build, "submitted")
 c.CourseDirectory.autograded_directory = os.path.join(build, "autograded")

@@ -104,17 +104,19 @@ def agreement(lots: int) -> None:
     for name in ("reference", "1/8 decode"):
         mine = np.asarray(decisions[name])
         drop = capstone.f1_drop(base, mine, truth)
-        print(f"{name}: {int((mine != base).sum())} decisions differ from the baseline's; F1 "
-              f"{drop.line:.2f} vs {drop.baseline:.2f} (drop {drop.drop:.2f}, 98% CI "
-              f"{drop.low:.2f}–{drop.high:.2f}); region IoU per lot {spread(ious[name])}")  # fmt: skip
+        differ = int((mine != base).sum())
+        print(f"{name}: {differ} decisions differ from the baseline's; F1 {drop.line:.2f} vs "
+              f"{drop.baseline:.2f} (drop {drop.drop:.2f}, 98% CI {drop.low:.2f}–"
+              f"{drop.high:.2f}); region IoU per lot {spread(ious[name])}")  # fmt: skip
         for share in (128, 512):
             drops = [
                 capstone.f1_drop(base[i : i + share], mine[i : i + share], truth[i : i + share])
                 for i in range(0, len(real) - share + 1, share)
             ]
             lows = [d.low for d in drops]
-            print(f"  per {share} frames: drop {spread([d.drop for d in drops])}; graded (low end) "
-                  f"{spread(lows)}; above 1 point in {sum(v > 1 for v in lows)} of {len(lows)}")  # fmt: skip
+            above = sum(v > 1 for v in lows)
+            print(f"  per {share} frames: drop {spread([d.drop for d in drops])}; graded (low "
+                  f"end) {spread(lows)}; above 1 point in {above} of {len(lows)}")  # fmt: skip
 
 
 def measure_mode(full: bool, runs: int, answers: dict[str, Callable]) -> None:
