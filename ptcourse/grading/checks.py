@@ -357,3 +357,27 @@ def relative_speedup(
     )
     interval = (cand.ci_low, cand.ci_high)
     return score(here, cand.ratio, points=points, interval=interval, detail=detail, noise=noise)
+
+
+def target_here(row: Target, reference: float | None = None) -> str:
+    """What the hidden check of ``row`` asks on this machine, as the line a visible test prints.
+
+    ``reference`` is the reference solution's ratio measured in the same run, for a row graded
+    by :func:`relative_speedup`; without it the row's fixed target applies.
+    """
+    unit = "x" if row.kind in ("speedup", "memory_ratio", "flops_ratio") else ""
+    relation = "≥" if row.higher_is_better else "≤"
+    head = f"[lab {row.lab} · {row.check}] the hidden check asks {row.kind} {relation} "
+    if reference is None:
+        return f"{head}{row.target:g}{unit} for full credit, zero credit at {row.floor:g}{unit}"
+    if reference <= row.floor:
+        return (
+            f"{head}— speed is not gradable here: the reference solution measured "
+            f"{reference:.2f}x, not clear of the floor {row.floor:g}x"
+        )
+    here = full_credit_at(row.target, row.floor, reference)
+    return (
+        f"{head}{here:.3g}{unit} for full credit on this machine (the reference solution measured "
+        f"{reference:.2f}x here; full credit at the floor + {REFERENCE_SHARE:.0%} of its gain, or "
+        f"{NOISE_SHARE:.0%} of its ratio, at most {row.target:g}x), zero credit at {row.floor:g}x"
+    )

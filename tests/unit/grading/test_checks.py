@@ -222,3 +222,13 @@ def test_full_credit_follows_the_reference_and_the_noise_beside_it(
     target, floor, reference, full_credit
 ):
     assert checks.full_credit_at(target, floor, reference) == pytest.approx(full_credit, abs=0.01)
+
+
+def test_target_here_states_what_the_hidden_check_asks():
+    assert "≥ 1.5x for full credit, zero credit at 1.3x" in checks.target_here(ROW)
+    relative = checks.target_here(ROW, reference=1.8)
+    expected = checks.full_credit_at(ROW.target, ROW.floor, 1.8)
+    assert f"≥ {expected:.3g}x for full credit on this machine" in relative
+    assert "not gradable here" in checks.target_here(ROW, reference=1.2)
+    drop = Target("00", "drop", "cpu", "accuracy_drop", 0.05, 0.2, "0.01", "0.3", "test", "today")
+    assert "≤ 0.05 for full credit, zero credit at 0.2" in checks.target_here(drop)
