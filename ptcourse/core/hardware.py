@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from ptcourse.core import versions
 from ptcourse.core.lineup import LABS, Lab, lab
 from ptcourse.core.quiet import captured_stderr
 
@@ -287,7 +288,7 @@ def doctor_report() -> str:
     for b in (*m.backends, cxx_compiler()):
         state = f"yes {b.version}" if b.available else "no"
         lines.append(f"  {b.name:<16}{state:<12}{b.detail}")
-    lines += ["", "Labs and the track each runs here"]
+    lines += ["", *versions.report_lines(), "", "Labs and the track each runs here"]
     for each in LABS:
         track = track_for(each)
         lines.append(f"  {each.name:<24}{track.name:<11}{track.reason}")
