@@ -31,7 +31,7 @@ KEY_PACKAGES = (
 
 
 def canonical(name: str) -> str:
-    """A distribution name as PEP 503 compares them (``Jinja2`` == ``jinja2``, ``a_b`` == ``a-b``)."""
+    """A distribution name as PEP 503 compares them: ``Jinja2`` is ``jinja2``."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 

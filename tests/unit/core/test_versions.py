@@ -12,11 +12,11 @@ def test_every_key_package_is_pinned_exactly():
 
 
 def test_the_suite_runs_on_the_pinned_versions():
-    off = versions.mismatches()
+    off = ", ".join(f"{v.name} {v.installed} != {v.pinned}" for v in versions.mismatches())
     assert not off, (
         "installed versions differ from constraints.txt (install with "
         "`pip install -e '.[test]' -c constraints.txt`, or run tools/lock.py after the suite "
-        "passes on the new ones): " + ", ".join(f"{v.name} {v.installed} != {v.pinned}" for v in off)
+        "passes on the new ones): " + off
     )
 
 
