@@ -55,3 +55,27 @@ def test_hidden_tests_only_in_locked_test_cells_and_reload_graders(lab):
             meta = cell["metadata"]["nbgrader"]
             assert meta["grade"] and meta["locked"] and not meta["solution"]
             assert f'fresh("{lab.number}")' in source or "fresh()" in source, "reload the graders"
+
+
+def written_questions(path):
+    for cell in cells(path):
+        meta = cell["metadata"].get("nbgrader", {})
+        if meta.get("grade") and meta.get("solution") and cell["cell_type"] == "markdown":
+            yield meta["grade_id"], "".join(cell["source"])
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_every_written_question_has_a_model_answer_and_a_rubric(lab):
+    """Hand-grading needs both; the instructors' notebook holds them, the release does not."""
+    for grade_id, source in written_questions(paths.notebook(lab)):
+        assert "Model answer (instructors)" in source, f"{grade_id}: no model answer"
+        assert "Rubric (" in source, f"{grade_id}: no rubric"
+    for grade_id, source in written_questions(paths.notebook(lab, "labs")):
+        assert "Model answer" not in source and "Rubric (" not in source, grade_id
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_the_top_cell_states_the_time_and_explains_smoke_mode(lab):
+    top = "".join(cells(paths.notebook(lab))[0]["source"])
+    assert "**Smoke mode.**" in top and "PTCOURSE_SMOKE=1" in top
+    assert "minutes" in top, "an honest time to work through the lab"
