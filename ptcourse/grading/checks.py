@@ -359,25 +359,34 @@ def relative_speedup(
     return score(here, cand.ratio, points=points, interval=interval, detail=detail, noise=noise)
 
 
-def target_here(row: Target, reference: float | None = None) -> str:
+def target_here(row: Target, reference: float | None = None, yours: float | None = None) -> str:
     """What the hidden check of ``row`` asks on this machine, as the line a visible test prints.
 
     ``reference`` is the reference solution's ratio measured in the same run, for a row graded
-    by :func:`relative_speedup`; without it the row's fixed target applies.
+    by :func:`relative_speedup`; without it the row's fixed target applies. With ``yours`` (the
+    answer's value from the same run) the line ends with what that value would earn.
     """
     unit = "x" if row.kind in ("speedup", "memory_ratio", "flops_ratio") else ""
     relation = "≥" if row.higher_is_better else "≤"
     head = f"[lab {row.lab} · {row.check}] the hidden check asks {row.kind} {relation} "
-    if reference is None:
-        return f"{head}{row.target:g}{unit} for full credit, zero credit at {row.floor:g}{unit}"
-    if reference <= row.floor:
+    if reference is not None and reference <= row.floor:
         return (
             f"{head}— speed is not gradable here: the reference solution measured "
             f"{reference:.2f}x, not clear of the floor {row.floor:g}x"
         )
-    here = full_credit_at(row.target, row.floor, reference)
-    return (
-        f"{head}{here:.3g}{unit} for full credit on this machine (the reference solution measured "
-        f"{reference:.2f}x here; full credit at the floor + {REFERENCE_SHARE:.0%} of its gain, or "
-        f"{NOISE_SHARE:.0%} of its ratio, at most {row.target:g}x), zero credit at {row.floor:g}x"
-    )
+    if reference is None:
+        goal = row.target
+        line = f"{head}{goal:g}{unit} for full credit, zero credit at {row.floor:g}{unit}"
+    else:
+        goal = full_credit_at(row.target, row.floor, reference)
+        line = (
+            f"{head}{goal:.3g}{unit} for full credit on this machine (the reference solution "
+            f"measured {reference:.2f}x here; full credit at the floor + {REFERENCE_SHARE:.0%} of "
+            f"its gain, or {NOISE_SHARE:.0%} of its ratio, at most {row.target:g}x), zero credit "
+            f"at {row.floor:g}x"
+        )
+    if yours is None:
+        return line
+    share = _credit(yours, goal, row.floor, row.higher_is_better)
+    verdict = "meets it" if share >= 1 else "no credit" if share <= 0 else f"{share:.0%} of it"
+    return f"{line}\n  yours here: {yours:.3g}{unit} — {verdict}"

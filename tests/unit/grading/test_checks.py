@@ -232,3 +232,7 @@ def test_target_here_states_what_the_hidden_check_asks():
     assert "not gradable here" in checks.target_here(ROW, reference=1.2)
     drop = Target("00", "drop", "cpu", "accuracy_drop", 0.05, 0.2, "0.01", "0.3", "test", "today")
     assert "≤ 0.05 for full credit, zero credit at 0.2" in checks.target_here(drop)
+    assert checks.target_here(ROW, yours=1.6).endswith("yours here: 1.6x — meets it")
+    assert checks.target_here(ROW, yours=1.4).endswith("50% of it")
+    assert checks.target_here(ROW, yours=1.2).endswith("no credit")
+    assert checks.target_here(drop, yours=0.3).endswith("no credit")
