@@ -52,7 +52,11 @@ def _run(args: argparse.Namespace) -> int:
     folder = "labs" if args.labs_version else "solutions"
     runs = []
     labs = paths.course_labs(args.labs)
-    for each in tqdm(labs, desc="labs", unit="lab", disable=not sys.stderr.isatty()):
+    mode = "smoke sizes" if size else "full sizes"
+    for number, each in enumerate(
+        tqdm(labs, desc="labs", unit="lab", disable=not sys.stderr.isatty())
+    ):
+        tqdm.write(f"running {each.name} ({number + 1}/{len(labs)}, {folder}, {mode}) …")
         run = execute.execute(each, smoke=size, folder=folder)
         verdict = "ok" if run.ok else f"FAILED ({run.error})"
         met = sum(r["points"] >= r["max_points"] for r in run.results)

@@ -31,6 +31,11 @@ class LabRun:
     results: list[dict] = field(default_factory=list)
 
 
+# ipykernel warns on every start that its local TCP transport is unencrypted: noise on a
+# machine's loopback, and it buried the run's own lines. Cell outputs are not affected.
+QUIET_KERNEL = ["--IPKernelApp.log_level=ERROR"]
+
+
 def _read_results(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -58,6 +63,7 @@ def execute(the_lab: Lab, smoke: bool, folder: str = "solutions") -> LabRun:
             cwd=str(out_dir),
             kernel_name="python3",
             progress_bar=sys.stderr.isatty(),
+            extra_arguments=QUIET_KERNEL,
         )
     except Exception as failure:  # papermill's execution error names the failing cell
         error = str(failure).strip().splitlines()[-1][:500] if str(failure) else repr(failure)

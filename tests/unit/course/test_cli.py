@@ -83,3 +83,27 @@ def test_lab_passes_jupyters_own_options_through(monkeypatch, argv):
 def test_other_commands_still_refuse_unknown_options():
     with pytest.raises(SystemExit):
         cli.main(["targets", "--allow-root"])
+
+
+def test_executed_notebooks_keep_cell_stderr_but_not_the_kernels_transport_warning(tmp_path, capfd):
+    import nbformat
+    import papermill
+
+    from ptcourse.course import execute
+
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("import sys\nprint('x', file=sys.stderr)")]
+    )
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, tmp_path / "in.ipynb")
+    papermill.execute_notebook(
+        str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
+        progress_bar=False, extra_arguments=execute.QUIET_KERNEL,
+    )  # fmt: skip
+    assert "without encryption" not in capfd.readouterr().err
+    (cell,) = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells
+    assert cell.outputs[0]["name"] == "stderr" and cell.outputs[0]["text"] == "x\n"
