@@ -14,33 +14,44 @@ from ptcourse.course.execute import LabRun
 from ptcourse.grading.targets import LOWER_IS_BETTER
 
 
-def _margin(result: dict) -> tuple[float, float, float]:
-    """Measured value relative to its target (>= 1 passes), with the interval, for plotting."""
-    value, low, high, goal = (result[k] for k in ("value", "ci_low", "ci_high", "target"))
-    low, high = (value if low is None else low), (value if high is None else high)
-    if result["kind"] in LOWER_IS_BETTER:
-        scale = lambda x: goal / max(x, 1e-12)  # noqa: E731
-        return scale(value), scale(high), scale(low)
-    return value / goal, low / goal, high / goal
+def _position(result: dict, x: float) -> float:
+    """Where ``x`` lies between zero credit (0) and the target (1), better always to the right."""
+    target, floor = result["target"], result["floor"]
+    span = (target - floor) or 1e-12
+    return (x - floor) / span  # a lower-is-better row has target < floor: the sign flips itself
+
+
+SHOWN = (-0.5, 3.0)  # positions drawn; a value past either end is drawn at the end, labelled
 
 
 def _plot(run: LabRun) -> str:
-    """A PNG (base64) of each check's measured value ÷ target, with its interval."""
+    """A PNG (base64): each check's measured value placed between zero credit and the target."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [r["check"] for r in run.results]
-    margins = [_margin(r) for r in run.results]
-    fig, ax = plt.subplots(figsize=(6, 0.5 + 0.45 * len(names)))
-    ratios = [m[0] for m in margins]
-    errors = [[m[0] - m[1] for m in margins], [m[2] - m[0] for m in margins]]
-    colours = ["tab:green" if r["points"] >= r["max_points"] else "tab:red" for r in run.results]
-    ax.barh(names, ratios, xerr=errors, color=colours, capsize=4)
-    ax.axvline(1.0, color="black", linestyle="--", label="target")
-    ax.set_xlabel("measured ÷ target (≥ 1 meets the target; error bars: 95% CI)")
+    fig, ax = plt.subplots(figsize=(7, 1.0 + 0.5 * len(run.results)))
+    for row, r in enumerate(run.results):
+        low = r["value"] if r["ci_low"] is None else r["ci_low"]
+        high = r["value"] if r["ci_high"] is None else r["ci_high"]
+        at, ends = _position(r, r["value"]), sorted((_position(r, low), _position(r, high)))
+        shown = min(max(at, SHOWN[0]), SHOWN[1])
+        colour = "tab:green" if r["points"] >= r["max_points"] else "tab:red"
+        ax.barh(row, shown - SHOWN[0], left=SHOWN[0], color=colour, alpha=0.35)
+        ax.errorbar(shown, row, xerr=[[max(shown - max(ends[0], SHOWN[0]), 0)],
+                                      [max(min(ends[1], SHOWN[1]) - shown, 0)]],
+                    fmt="o", color=colour, capsize=4)  # fmt: skip
+        relation = "≥" if r["kind"] not in LOWER_IS_BETTER else "≤"
+        ax.annotate(f"{r['value']:.3g} (target {relation} {r['target']:.3g})", (shown, row),
+                    xytext=(6, 6), textcoords="offset points", fontsize=8)  # fmt: skip
+    ax.axvline(0.0, color="tab:red", linestyle=":", label="zero credit")
+    ax.axvline(1.0, color="black", linestyle="--", label="target (full credit)")
+    ax.set_yticks(range(len(run.results)), [r["check"] for r in run.results])
+    ax.set_xlim(*SHOWN)
+    ax.set_xlabel("measured, from zero credit (0) to the target (1); right is better; 95% CI")
     ax.invert_yaxis()
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)

@@ -1,0 +1,30 @@
+"""The report card draws every check the same way round: right of the target line is better."""
+
+import base64
+
+from ptcourse.course import report
+from ptcourse.course.execute import LabRun
+
+
+def row(kind, value, target, floor, points=1.0):
+    return {"check": kind, "kind": kind, "value": value, "ci_low": None, "ci_high": None,
+            "target": target, "floor": floor, "points": points, "max_points": 1.0}  # fmt: skip
+
+
+def test_a_small_error_and_a_large_speedup_both_sit_right_of_the_target():
+    error = row("relative_error", 0.0002, 0.1, 0.3)  # Lab 00's rows drew as 500x before
+    assert 1.0 < report._position(error, error["value"]) < 2.0
+    assert report._position(error, 0.3) == 0.0 and report._position(error, 0.5) < 0
+    speed = row("speedup", 3.0, 2.0, 1.2)
+    assert report._position(speed, 2.0) == 1.0 and report._position(speed, 3.0) > 1.0
+
+
+def test_the_page_holds_a_plot_and_every_check(tmp_path):
+    rows = [row("relative_error", 0.0002, 0.1, 0.3), row("speedup", 50, 2, 1.2, 0.5)]
+    run = LabRun("00-measuring-right", "measuring right", "cpu", "test", "cpu", True, 1.0, "",
+                 results=rows)  # fmt: skip
+    _, page = report.write([run], tmp_path, smoke=True)
+    text = page.read_text()
+    assert "relative_error" in text and "speedup" in text
+    png = text.split("data:image/png;base64,")[1].split('"')[0]
+    assert base64.b64decode(png).startswith(b"\x89PNG")
