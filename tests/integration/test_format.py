@@ -79,3 +79,12 @@ def test_the_top_cell_states_the_time_and_explains_smoke_mode(lab):
     top = "".join(cells(paths.notebook(lab))[0]["source"])
     assert "**Smoke mode.**" in top and "PTCOURSE_SMOKE=1" in top
     assert "minutes" in top, "an honest time to work through the lab"
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_the_stated_time_is_the_same_in_the_notebook_the_lineup_and_the_readme(lab):
+    top = "".join(cells(paths.notebook(lab))[0]["source"])
+    assert f"about {lab.minutes} minutes" in top, f"the lineup says {lab.minutes} minutes"
+    row = next(line for line in (paths.ROOT / "README.md").read_text().splitlines()
+               if line.startswith(f"| {lab.number} |"))  # fmt: skip
+    assert row.endswith(f"| {lab.minutes} min |"), row
