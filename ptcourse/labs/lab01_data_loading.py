@@ -23,6 +23,7 @@ import dataclasses
 import importlib
 import io
 import operator
+import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ptcourse.assets import datasets, loaders
+from ptcourse.assets import datasets, loaders, models
 from ptcourse.core import hardware, lineup, measure
 from ptcourse.core.quiet import captured_stderr
 from ptcourse.core.smoke import pick
@@ -59,6 +60,8 @@ class Sizes:
     sweep_repeats: int  # timed epochs per sweep configuration
     budget_s: float  # seconds per ungraded A/B comparison in the notebook
     stage_s: float  # minimum run time when timing one image's decode and augmentation alone
+    loop_steps: int  # training steps timed per configuration in section 5 (after loop_skip)
+    loop_skip: int = 2  # first steps of each configuration not counted (worker start-up)
     unseen_files: int = 12  # secret files (of the whole set) the cache check decodes
     synthetic_images: int = 128  # synthetic images in each batch of the augmentation check
     epoch_batch: int = 24  # batch size of the epoch check
@@ -74,6 +77,7 @@ def sizes() -> Sizes:
         sweep_repeats=pick(4, 2),
         budget_s=pick(15.0, 2.0),
         stage_s=pick(0.5, 0.2),
+        loop_steps=pick(10, 4),
     )
 
 
@@ -567,9 +571,200 @@ def check_speed(build_cache: BuildCache, cached_batches: CachedBatches, *, point
 # + per-sample v2 augmentation, num_workers=0), interleaved, 1 thread, cache build excluded; full:
 # batch 64, 2 batches per call, 1920 training images; smoke: batch 32, 1 batch, 256 images.
 # Smoke and full give similar ratios, so one threshold serves both.
+# ---------------------------------------------------------------------------------------------
+# Section 5: waiting for data vs computing, inside a training loop
+
+
+def training_step(channels: int, seed: int = 0) -> Callable[[Tensor, Tensor], None]:
+    """One SGD step of :func:`ptcourse.assets.models.tiny_cnn` (``channels`` wide) on a batch:
+    forward, cross-entropy, backward, update. ``channels`` sets how heavy the step is."""
+    torch.manual_seed(seed)
+    net = models.tiny_cnn(channels=channels)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+
+    def step(x: Tensor, y: Tensor) -> None:
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+
+    return step
+
+
+@dataclass(frozen=True)
+class LoopSplit:
+    """Per-step seconds a training loop waited for its next batch and spent computing."""
+
+    wait_s: tuple[float, ...]
+    compute_s: tuple[float, ...]
+    startup_s: float  # the first wait, worker start-up included (not in wait_s)
+
+    @property
+    def step_s(self) -> float:
+        """Median seconds per step, waiting and computing."""
+        return statistics.median(w + c for w, c in zip(self.wait_s, self.compute_s, strict=True))
+
+    @property
+    def wait_share(self) -> float:
+        """The share of the loop's time spent waiting for data."""
+        return sum(self.wait_s) / (sum(self.wait_s) + sum(self.compute_s))
+
+    def summary(self) -> str:
+        fmt = measure.format_time
+        return (
+            f"wait {fmt(statistics.median(self.wait_s))} + compute "
+            f"{fmt(statistics.median(self.compute_s))} per step (medians) → waits "
+            f"{self.wait_share:.0%} of the time; first batch after {fmt(self.startup_s)}"
+        )
+
+
+def loop_split(
+    wait_and_compute: Callable[..., tuple[list[float], list[float]]],
+    batches: Iterable[Any],
+    step: Callable[[Tensor, Tensor], None],
+    size: Sizes | None = None,
+) -> LoopSplit:
+    """``wait_and_compute`` over ``size.loop_skip + size.loop_steps`` steps of ``batches``; the
+    skipped steps' waits (the first is the start-up) are not counted."""
+    size = size or sizes()
+    total = size.loop_skip + size.loop_steps
+    wait, compute = wait_and_compute(iter(batches), step, total)
+    skip = size.loop_skip
+    return LoopSplit(tuple(wait[skip:]), tuple(compute[skip:]), float(wait[0]))
+
+
+DATA_BOUND_SHARE = 0.5  # a loop that waits more than half of its time is data-bound
+HELPED = 0.9  # workers "helped" where they cut the median step time by 10% or more
+
+
+def loop_verdicts(splits: dict[str, LoopSplit], pairs: Iterable[tuple[str, str]]) -> str:
+    """Sentences from the measurements: which loops were data-bound, and whether workers helped
+    (``pairs`` of (0-worker name, 2-worker name))."""
+    lines = []
+    for name, split in splits.items():
+        kind = "data-bound" if split.wait_share > DATA_BOUND_SHARE else "compute-bound"
+        lines.append(f"{name}: {kind} here (waited {split.wait_share:.0%} of the loop's time)")
+    cores = hardware.usable_threads()
+    for without, with_ in pairs:
+        a, b = splits[without], splits[with_]
+        ratio = a.step_s / b.step_s
+        if b.step_s <= HELPED * a.step_s:
+            why = (
+                f"the loop waited {a.wait_share:.0%} of its time and the workers found spare "
+                f"CPU time to prepare batches during the step: waiting fell to {b.wait_share:.0%}"
+            )
+            verdict = "helped"
+        elif a.wait_share <= DATA_BOUND_SHARE:
+            why = (
+                f"the loop was compute-bound ({a.wait_share:.0%} waiting): hiding the data "
+                "cannot save more than that share"
+            )
+            verdict = "did not help"
+        else:
+            why = (
+                f"the loop was data-bound ({a.wait_share:.0%} waiting), but on {cores} usable "
+                "core(s) the workers competed with the training step (and any other process) "
+                "for the CPU: the step itself got slower "
+                f"({measure.format_time(statistics.median(a.compute_s))} → "
+                f"{measure.format_time(statistics.median(b.compute_s))} computing)"
+            )
+            verdict = "did not help"
+        lines.append(f"{with_} vs {without}: 2 workers {verdict} ({ratio:.2f}x per step): {why}")
+    return "\n".join(lines)
+
+
+# The graded part of section 5: the student's wait_and_compute on a loop whose waits and step
+# times are known (sleeps of secret lengths), like Lab 00's timer checks.
+
+
+class SleepyBatches:
+    """An iterator of ``len(waits)`` tiny batches; fetching batch ``i`` takes ``waits[i]``."""
+
+    def __init__(self, waits: Iterable[float]) -> None:
+        self._waits = list(waits)
+        self._next = 0
+
+    def __iter__(self) -> SleepyBatches:
+        return self
+
+    def __next__(self) -> tuple[Tensor, Tensor]:
+        if self._next >= len(self._waits):
+            raise StopIteration
+        time.sleep(self._waits[self._next])
+        self._next += 1
+        return torch.zeros(1, 3, 4, 4), torch.zeros(1, dtype=torch.long)
+
+
+class SleepyStep:
+    """A training step that takes ``seconds[i]`` at its ``i``-th call."""
+
+    def __init__(self, seconds: Iterable[float]) -> None:
+        self._seconds = list(seconds)
+        self._calls = 0
+
+    def __call__(self, x: Tensor, y: Tensor) -> None:
+        time.sleep(self._seconds[min(self._calls, len(self._seconds) - 1)])
+        self._calls += 1
+
+
+def sleepy_loop_answer(
+    wait_and_compute: Callable[..., Any], waits: list[float], steps_s: list[float]
+) -> tuple[list[float], list[float]]:
+    """``wait_and_compute`` on a :class:`SleepyBatches`/:class:`SleepyStep` loop (in the judge:
+    in the worker), its answer as two lists of floats."""
+    wait, compute = wait_and_compute(SleepyBatches(waits), SleepyStep(steps_s), len(waits))
+    return [float(w) for w in wait], [float(c) for c in compute]
+
+
+def loop_timing_error(
+    wait_and_compute: Callable[..., Any], waits: list[float], steps_s: list[float]
+) -> float:
+    """The median over steps of the larger relative error of the reported wait and compute
+    times against the known ones."""
+    answer = checks.beside(wait_and_compute, sleepy_loop_answer, waits, steps_s)
+    _require(isinstance(answer, tuple | list) and len(answer) == 2, "return (waits, computes)")
+    wait, compute = answer
+    _require(
+        len(wait) == len(waits) and len(compute) == len(waits),
+        f"expected {len(waits)} waits and {len(waits)} compute times, got "
+        f"{len(wait)} and {len(compute)}",
+    )
+    errors = [
+        max(abs(w - tw) / tw, abs(c - tc) / tc)
+        for w, c, tw, tc in zip(wait, compute, waits, steps_s, strict=True)
+    ]
+    print(
+        f"{len(waits)} steps: median relative error {statistics.median(errors):.3g} "
+        f"(worst {max(errors):.3g})"
+    )
+    return float(statistics.median(errors))
+
+
+LOOP_STEPS, LOOP_SHORTEST_S, LOOP_LONGEST_S = 24, 0.004, 0.1
+
+
+def secret_loop(gen: torch.Generator) -> tuple[list[float], list[float]]:
+    """Waits and step times of :data:`LOOP_STEPS` steps, log-uniform between 4 and 100 ms: so
+    spread that no pair of constants lands within the floor (best pair: 0.50 or more in 1000
+    simulated draws), while a sleep's overshoot on a busy machine is a fraction of a ms."""
+    low, high = torch.tensor([LOOP_SHORTEST_S, LOOP_LONGEST_S]).log().tolist()
+    uniform = torch.rand(2, LOOP_STEPS, generator=gen, dtype=torch.float64)
+    draws = (low + (high - low) * uniform).exp()
+    return draws[0].tolist(), draws[1].tolist()
+
+
+def check_loop_timing(wait_and_compute: Callable[..., Any], *, points: float) -> float:
+    """``wait_and_compute`` on a loop of 24 steps whose waits and step times (4-100 ms) are
+    drawn from the secret seed, every step different."""
+    waits, steps_s = secret_loop(checks.secret_generator())
+    goal = targets.goal(TARGETS, "loop_timing")
+    return checks.value(
+        goal, lambda: loop_timing_error(wait_and_compute, waits, steps_s), points=points
+    )
+
+
 # The checks the judge runs outside the student's process. Every graded cell of the notebook
 # holds its hidden check, so no quick test needs vouching for (no VOUCHED).
-JUDGED = ("cache", "augment", "batches", "speed")
+JUDGED = ("cache", "augment", "batches", "speed", "loop_timing")
 MEASURE = "tools/measure/lab01_data_loading.py"
 TARGETS: tuple[Target, ...] = (
     # Graded relative to the machine (checks.relative_speedup): full credit at the floor + 70%
@@ -589,4 +784,15 @@ TARGETS: tuple[Target, ...] = (
            "0/4 points in all 10. Earlier (same AVX2 VM, 2026-12-02): the baseline loader vs "
            "itself 0.90–1.16x (63 runs)",
            f"{ZEN4_VM}; interleaved pairs, measure.compare", "2026-12-03", script=MEASURE),
+    # loop_timing: the median over 8 steps of the larger relative error of the student's
+    # per-step wait and compute times against sleeps of known, secret length (no timing race:
+    # a sleep takes as long on a busy machine as on an idle one).
+    Target("01", "loop_timing", "cpu", "relative_error", 0.2, 0.5,
+           f"{MEASURE} --row loop_timing --runs 6 (fresh secret seed each run, one core busy, "
+           "other sessions running): the notebook's wait_and_compute 0.015-0.023 (median "
+           "0.020), 1/1 point in 6 of 6; no timing race (sleeps), any CPU gives the same",
+           "the same runs, one clock around each whole iteration reported as compute (wait 0): "
+           "1.00-1.75 (median 1.00), 0 points in 6 of 6; the best pair of constants for a draw "
+           "stays at 0.50 or above (1000 simulated draws)",
+           ZEN4_VM, "2026-12-05", script=MEASURE),
 )  # fmt: skip

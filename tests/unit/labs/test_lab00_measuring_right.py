@@ -242,3 +242,19 @@ def test_roofline_check_gives_partial_credit(graded) -> None:
 def test_roofline_check_fails_an_unanswered_lab(graded) -> None:
     with pytest.raises(CheckFailed, match="roofline"):
         ad.check_roofline(_unanswered, _unanswered, _unanswered, points=2)
+
+
+def test_the_quick_test_never_passes_what_a_hidden_check_fails(graded, capsys) -> None:
+    """The visible test of Exercise 1 runs the hidden checks' comparison on public sizes: a right
+    timer is below every floor, and each wrong one reaches the floor of the check it would fail."""
+    right = ad.quick_timer_errors(_good_timer)
+    assert all(error < floor for error, floor in right.values())
+    assert "the hidden check asks relative_error ≤ 0.3" in capsys.readouterr().out
+    for wrong, fails in (
+        (_timer_in_ms, "time_it_compute"),
+        (_timer_without_warmup, "time_it_warmup"),
+        (_timer_without_sync, "time_it_async"),
+        (ad.baseline_time_it, "time_it_async"),
+    ):
+        error, floor = ad.quick_timer_errors(wrong)[fails]
+        assert error >= floor, (wrong.__name__, fails, error)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +19,7 @@ from ptcourse.grading.checks import CheckFailed
 from ptcourse.labs import lab01_data_loading as lab01
 
 NOTEBOOK = Path(__file__).resolve().parents[3] / "solutions/01-data-loading/01-data-loading.ipynb"
-EXERCISES = ("build_cache", "augment_batch", "cached_batches")
+EXERCISES = ("build_cache", "augment_batch", "cached_batches", "wait_and_compute")
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +33,7 @@ def smoke_seed_one_thread(monkeypatch):
 @pytest.fixture(scope="module")
 def solution() -> SimpleNamespace:
     """The notebook's answers, run from its solution cells."""
-    namespace = {"torch": torch, "F": F, "loaders": loaders}
+    namespace = {"torch": torch, "F": F, "loaders": loaders, "time": time}
     for cell in json.loads(NOTEBOOK.read_text())["cells"]:
         if cell["metadata"].get("nbgrader", {}).get("grade_id") in EXERCISES:
             exec("".join(cell["source"]), namespace)
@@ -224,3 +225,95 @@ def test_where_speed_is_not_gradable_a_pipeline_that_opens_no_file_earns_the_poi
     assert "not gradable" in capsys.readouterr().out
     with pytest.raises(CheckFailed, match="opened"):
         lab01.check_speed(solution.build_cache, baseline_batches, points=4)
+
+
+# Exercise D: the wait/compute split of a loop whose waits and step times are known sleeps.
+
+
+def lumped(batches, step, steps):
+    """Baseline-equivalent: one clock around the whole iteration, reported as compute."""
+    waits, computes = [], []
+    for _ in range(steps):
+        start = time.perf_counter()
+        x, y = next(batches)
+        step(x, y)
+        waits.append(0.0)
+        computes.append(time.perf_counter() - start)
+    return waits, computes
+
+
+def clock_not_reset(batches, step, steps):
+    """The wait read after the step: waits include the compute."""
+    waits, computes = [], []
+    for _ in range(steps):
+        start = time.perf_counter()
+        x, y = next(batches)
+        mid = time.perf_counter()
+        step(x, y)
+        waits.append(time.perf_counter() - start)
+        computes.append(time.perf_counter() - mid)
+    return waits, computes
+
+
+def in_milliseconds(batches, step, steps):
+    waits, computes = [], []
+    for _ in range(steps):
+        start = time.perf_counter()
+        x, y = next(batches)
+        mid = time.perf_counter()
+        step(x, y)
+        waits.append(1e3 * (mid - start))
+        computes.append(1e3 * (time.perf_counter() - mid))
+    return waits, computes
+
+
+def reads_the_answer(batches, step, steps):
+    """A cheat that skips the work and returns made-up constants."""
+    return [0.025] * steps, [0.02] * steps
+
+
+def too_few(batches, step, steps):
+    waits, computes = [], []
+    for _ in range(steps - 1):
+        start = time.perf_counter()
+        x, y = next(batches)
+        mid = time.perf_counter()
+        step(x, y)
+        waits.append(mid - start)
+        computes.append(time.perf_counter() - mid)
+    return waits, computes
+
+
+def test_loop_timing_check_gives_the_solution_full_points(solution):
+    assert lab01.check_loop_timing(solution.wait_and_compute, points=1) == 1
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [lumped, clock_not_reset, in_milliseconds, reads_the_answer, too_few],
+    ids=lambda f: f.__name__,
+)
+def test_loop_timing_check_fails_wrong_splits_and_the_baseline(wrong):
+    with pytest.raises(CheckFailed):
+        lab01.check_loop_timing(wrong, points=1)
+
+
+def test_loop_split_skips_the_start_up_and_shares_add_up(solution):
+    size = dataclasses.replace(lab01.sizes(), loop_steps=3, loop_skip=1)
+    split = lab01.loop_split(
+        solution.wait_and_compute,
+        lab01.SleepyBatches([0.05, 0.03, 0.03, 0.03]),
+        lab01.SleepyStep([0.02]),
+        size,
+    )
+    assert len(split.wait_s) == len(split.compute_s) == 3
+    assert split.startup_s >= 0.05
+    assert 0.5 < split.wait_share < 0.7
+    verdict = lab01.loop_verdicts({"a": split, "b": split}, [("a", "b")])
+    assert "did not help" in verdict and "data-bound" in verdict
+
+
+def test_a_training_step_trains():
+    step = lab01.training_step(4)
+    x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 4, (8,))
+    step(x, y)  # runs forward, backward and an update without error
