@@ -20,8 +20,10 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,6 +68,7 @@ class Score:
     written_max: float = 0.0
     cells: dict[str, float] = field(default_factory=dict)
     detail: str = ""
+    seconds: float = 0.0  # wall time of this submission's grading (books and judge)
 
 
 def _scores_from_gradebook(the_lab: Lab, student: str) -> Score:
@@ -101,18 +104,21 @@ def autograde(
     keys: list[str] | tuple[str, ...] = (),
     timeout_s: float = 3600,
     lanes: int = 1,
+    remote: RemoteJudge | None = None,
 ) -> list[Score]:
     """Autograde ``submissions/<student>/<lab>/<lab>.ipynb`` for each lab and student.
 
     ``lanes`` > 1 judges that many submissions at once, each lane's judge and worker pinned to
-    its own cores (:func:`core_plan`); nbgrader's bookkeeping steps take turns.
+    its own cores (:func:`core_plan`); nbgrader's bookkeeping steps take turns. With ``remote``
+    (a cluster's judge, :func:`ptcourse.course.cluster.dask_judge`) the judge steps run there,
+    ``lanes`` at once, and the books stay here, in the one gradebook.
     """
     submissions = submissions.resolve()
     students = sorted(p.name for p in submissions.iterdir() if p.is_dir())
     private_release = BUILD / "nbgrader" / "release"
     release(keys, release_dir=private_release)  # registers each lab in the gradebook
     jobs = [(each, student) for each in course_labs(keys) for student in students]
-    plan = core_plan(sorted(os.sched_getaffinity(0)), lanes)
+    plan = core_plan(sorted(os.sched_getaffinity(0)), lanes) if remote is None else [[]] * lanes
     free: queue.Queue[list[int]] = queue.Queue()
     for cores in plan:
         free.put(cores)
@@ -122,11 +128,14 @@ def autograde(
         if not (submissions / student / each.name / f"{each.name}.ipynb").exists():
             return Score(student, each.name, "missing")
         cores = free.get()
+        start = time.perf_counter()
         try:
-            pinned = cores if lanes > 1 else None
-            return _autograde_one(each, student, submissions, timeout_s, pinned)
+            pinned = cores if lanes > 1 and remote is None else None
+            score = _autograde_one(each, student, submissions, timeout_s, pinned, remote)
         finally:
             free.put(cores)
+        score.seconds = round(time.perf_counter() - start, 1)
+        return score
 
     with ThreadPoolExecutor(max_workers=len(plan)) as pool:
         scores = list(pool.map(grade, jobs))
@@ -147,8 +156,18 @@ def _feedback(scores: list[Score], release_dir: Path) -> None:
 BOOKS = threading.Lock()  # nbgrader's gradebook is one sqlite file: its steps take turns
 
 
+# A judge step run elsewhere (:mod:`ptcourse.course.cluster`): (lab, canonical notebook, the
+# student's folder, where the judged notebook goes, deadline); raises StepFailed on failure.
+RemoteJudge = Callable[[Lab, Path, Path, Path, float], None]
+
+
 def _autograde_one(
-    the_lab: Lab, student: str, submissions: Path, timeout_s: float, cores: list[int] | None = None
+    the_lab: Lab,
+    student: str,
+    submissions: Path,
+    timeout_s: float,
+    cores: list[int] | None = None,
+    remote: RemoteJudge | None = None,
 ) -> Score:
     name = f"{the_lab.name}.ipynb"
     raw = submissions / student / the_lab.name
@@ -159,7 +178,10 @@ def _autograde_one(
         judged.mkdir(parents=True, exist_ok=True)
         for extra in raw.glob("timestamp.txt"):
             shutil.copyfile(extra, judged / extra.name)
-        _step(_judge(the_lab, canonical, raw, judged / name, timeout_s, cores))
+        if remote is None:
+            _step(_judge(the_lab, canonical, raw, judged / name, timeout_s, cores))
+        else:
+            remote(the_lab, canonical, raw, judged / name, timeout_s)
         _books(the_lab, student, judged.parents[1], judged=True)
     except subprocess.TimeoutExpired:
         return Score(student, the_lab.name, "failed", detail=f"grading exceeded {timeout_s:.0f} s")
@@ -207,9 +229,13 @@ def write_grades_csv(scores: list[Score], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["student", "lab", "status", "autograded", "autograded_max", "written_max"])
+        writer.writerow(
+            ["student", "lab", "status", "autograded", "autograded_max", "written_max", "seconds"]
+        )
         for s in scores:
-            writer.writerow([s.student, s.lab, s.status, s.auto_score, s.auto_max, s.written_max])
+            writer.writerow(
+                [s.student, s.lab, s.status, s.auto_score, s.auto_max, s.written_max, s.seconds]
+            )
     return path
 
 
@@ -221,12 +247,13 @@ def write_grades_json(scores: list[Score], path: Path) -> Path:
 
 
 def score_table(scores: list[Score]) -> str:
-    lines = [f"{'student':<16}{'lab':<24}{'status':<9}{'autograded':>12}  written (manual)"]
+    lines = [f"{'student':<16}{'lab':<24}{'status':<9}{'autograded':>12}{'time':>8}  written"]
     for s in scores:
         auto = f"{s.auto_score:g}/{s.auto_max:g}" if s.status == "graded" else "—"
         note = f"  {s.detail.splitlines()[-1][:80]}" if s.detail else ""
         lines.append(
-            f"{s.student:<16}{s.lab:<24}{s.status:<9}{auto:>12}  {s.written_max:g} pts{note}"
+            f"{s.student:<16}{s.lab:<24}{s.status:<9}{auto:>12}{s.seconds:7.0f}s  "
+            f"{s.written_max:g} pts{note}"
         )
     return "\n".join(lines)
 

@@ -77,7 +77,20 @@ def _grade(args: argparse.Namespace) -> int:
     if not submissions.is_dir():
         print(f"no such folder: {submissions}", file=sys.stderr)
         return 2
-    scores = autograde.autograde(submissions, args.labs, timeout_s=args.timeout, lanes=args.lanes)
+    if args.cluster:
+        from ptcourse.course import cluster
+
+        with cluster.connect(args.cluster) as client:
+            lanes = cluster.lanes_of(client)
+            if lanes < 1:
+                print("the cluster's workers offer no 'lane': start each with --resources lane=1")
+                return 2
+            print(f"judging on the Dask cluster at {args.cluster}: {lanes} lane(s)")
+            scores = autograde.autograde(
+                submissions, args.labs, args.timeout, lanes, remote=cluster.dask_judge(client)
+            )
+    else:
+        scores = autograde.autograde(submissions, args.labs, args.timeout, args.lanes)
     print(autograde.score_table(scores))
     csv_path = autograde.write_grades_csv(scores, paths.BUILD / "grades" / "grades.csv")
     autograde.write_grades_json(scores, csv_path.with_suffix(".json"))
@@ -144,6 +157,12 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="submissions judged at once, each on its own cores (1; at most one per core)",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="judge on a Dask cluster (tcp://scheduler:8786, or 'local' for one local worker); "
+        "its workers' lanes replace --lanes, the gradebook stays here",
     )
     p.set_defaults(func=_grade)
 
