@@ -38,13 +38,13 @@ class Lab:
 
 
 LABS: tuple[Lab, ...] = (
-    Lab("00", "measuring-right", "Measuring right", 45,
+    Lab("00", "measuring-right", "Measuring right", 60,
         "timing, warm-up, threads, noise, CIs, roofline of this machine",
         "CUDA sync/events, L2 effects"),
-    Lab("01", "data-loading", "Data loading", 60,
+    Lab("01", "data-loading", "Data loading", 120,
         "DataLoader knobs; decode-once cache; batched tensor augmentation",
         "pin_memory + non_blocking; GPU augmentation"),
-    Lab("02", "dali", "NVIDIA DALI", 60,
+    Lab("02", "dali", "NVIDIA DALI", 120,
         "DALI CPU pipeline vs PIL loader (torchvision.io without DALI)",
         "mixed (GPU) JPEG decode", gpu_needs=("dali",), cpu_needs=("dali",)),
     Lab("03", "mixed-precision", "Mixed precision", 60,
