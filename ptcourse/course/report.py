@@ -9,7 +9,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ptcourse.core import hardware
+import torch
+
+from ptcourse.core import hardware, measure
+from ptcourse.core.lineup import lab
 from ptcourse.course.execute import LabRun
 from ptcourse.grading.targets import LOWER_IS_BETTER
 
@@ -81,15 +84,40 @@ def _lab_section(run: LabRun) -> str:
         else "<p>No graded measurements were recorded.</p>"
     )
     plot = f'<img src="data:image/png;base64,{_plot(run)}">' if run.results else ""
+    claim = lab(run.lab).claim
+    quoted = (
+        f"<p class='claim'>The lab tests a published claim: <q>{html.escape(claim)}</q>. "
+        f"Measured here: {html.escape(_measured(run)) or 'nothing graded'}.</p>"
+        if claim
+        else ""
+    )
     return (
         f"<h2>{html.escape(run.lab)} — {html.escape(run.title)}</h2>"
         f"<p>Track <b>{run.track}</b> ({html.escape(run.track_reason)}); device {run.device}; "
-        f"{status} in {run.seconds:.0f} s.</p>{table}{plot}"
+        f"{status} in {run.seconds:.0f} s.</p>{quoted}{table}{plot}"
     )
 
 
-def write(runs: list[LabRun], folder: Path, smoke: bool) -> tuple[Path, Path]:
-    """Write report.json and report.html into ``folder``; return both paths."""
+def _measured(run: LabRun) -> str:
+    return "; ".join(f"{r['check']} {_fmt(r)}" for r in run.results)
+
+
+def _machine_section(machine: hardware.Machine, ceilings: measure.Ceilings | None) -> str:
+    flags = ", ".join(machine.cpu_flags) or "none of the flags the labs use"
+    lines = [
+        f"CPU: {machine.cpu_model} ({flags}; kernels {machine.cpu_capability}); "
+        f"CUDA: {machine.cuda.name or 'none'}; torch {torch.__version__}",
+    ]
+    if ceilings is not None:
+        lines.append(f"Ceilings measured for this report (one thread): {ceilings.summary()}")
+    return "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+
+
+def write(
+    runs: list[LabRun], folder: Path, smoke: bool, ceilings: measure.Ceilings | None = None
+) -> tuple[Path, Path]:
+    """Write report.json and report.html into ``folder``; return both paths. ``ceilings`` (this
+    machine's measured compute and memory peaks) head the page where given."""
     folder.mkdir(parents=True, exist_ok=True)
     machine = hardware.machine()
     json_path = folder / "report.json"
@@ -99,6 +127,9 @@ def write(runs: list[LabRun], folder: Path, smoke: bool) -> tuple[Path, Path]:
                 "smoke": smoke,
                 "cpu": machine.cpu_model,
                 "cuda": machine.cuda.name or None,
+                "cpu_flags": list(machine.cpu_flags),
+                "torch": torch.__version__,
+                "ceilings": asdict(ceilings) if ceilings else None,
                 "labs": [asdict(r) for r in runs],
             },
             indent=2,
@@ -110,8 +141,8 @@ def write(runs: list[LabRun], folder: Path, smoke: bool) -> tuple[Path, Path]:
         "<!doctype html><meta charset='utf-8'><title>ptcourse report card</title>"
         "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}</style>"
-        f"<h1>ptcourse report card</h1><p>{html.escape(machine.cpu_model)}; "
-        f"CUDA: {html.escape(machine.cuda.name or 'none')}; {mode}.</p>{body}"
+        f"<h1>ptcourse report card</h1><p>Every lab run at {mode}.</p>"
+        f"{_machine_section(machine, ceilings)}{body}"
     )
     html_path = folder / "report.html"
     html_path.write_text(page)

@@ -28,3 +28,15 @@ def test_the_page_holds_a_plot_and_every_check(tmp_path):
     assert "relative_error" in text and "speedup" in text
     png = text.split("data:image/png;base64,")[1].split('"')[0]
     assert base64.b64decode(png).startswith(b"\x89PNG")
+
+
+def test_the_page_names_the_machine_its_ceilings_and_the_claim_each_lab_tests(tmp_path):
+    from ptcourse.core.measure import Ceilings
+
+    run = LabRun("06-attention", "attention", "cpu", "test", "cpu", True, 1.0, "",
+                 results=[row("speedup", 3.0, 2.0, 1.2)])  # fmt: skip
+    ceilings = Ceilings(1e11, 2e11, 3e10, 1, "cpu")
+    _, page = report.write([run], tmp_path, smoke=True, ceilings=ceilings)
+    text = page.read_text()
+    assert "Flash Attention: 1.8x faster" in text and "Measured here: speedup 3" in text
+    assert "matmul fp32 100.0 GFLOP/s" in text and "torch " in text
