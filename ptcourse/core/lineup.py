@@ -72,7 +72,7 @@ LABS: tuple[Lab, ...] = (
         "fusion, graph optimisation, precision via ONNX Runtime",
         "TensorRT / Torch-TensorRT FP16 engine", gpu_needs=("tensorrt",),
         claim="TensorRT: ResNet-50 45 -> 11 ms; FP16 2x at < 0.5% accuracy loss (Jetson)"),
-    Lab("09", "profiling", "Profiling", 60,
+    Lab("09", "profiling", "Profiling", 90,
         "torch.profiler: find and fix a planted bottleneck", "CUDA activity, GPU utilisation",
         claim="after profiling, throughput up 3x"),
     Lab("10", "quantization", "Quantization", 60,

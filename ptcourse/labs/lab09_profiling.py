@@ -136,14 +136,16 @@ def hash_features_loop(tokens: Tensor, rows: int) -> Tensor:
     return torch.tensor(out, dtype=torch.long, device=tokens.device)
 
 
-def hash_features(tokens: Tensor, rows: int) -> Tensor:
-    """The same feature ids as :func:`hash_features_loop` (as a multiset per row), vectorised.
+def _hash_features(tokens: Tensor, rows: int) -> Tensor:
+    """The same feature ids as :func:`hash_features_loop` (as a multiset per row), vectorised:
+    the graders' reference fix, private (the notebook asks the student to write it).
 
     Padding (id 0) is only at the end of each row, as ``text.Vocab.encode`` writes it.
     """
-    unigrams = torch.where(tokens != 0, tokens % (rows - 1) + 1, 0)
-    a, b = tokens[:, :-1], tokens[:, 1:]
-    bigrams = torch.where((a != 0) & (b != 0), (a * PRIME + b) % (rows - 1) + 1, 0)
+    keep = tokens != 0
+    unigrams = (tokens % (rows - 1) + 1) * keep
+    pairs = keep[:, :-1] & keep[:, 1:]
+    bigrams = ((tokens[:, :-1] * PRIME + tokens[:, 1:]) % (rows - 1) + 1) * pairs
     return torch.cat([unigrams, bigrams], dim=1)
 
 
@@ -186,7 +188,7 @@ def reference_step(
     model: nn.Module, opt: torch.optim.Optimizer, tokens: Tensor, labels: Tensor
 ) -> float:
     """The reference fix: vectorised hashing, one float32 cross-entropy; returns the loss."""
-    ids = hash_features(tokens, model.embedding.num_embeddings)
+    ids = _hash_features(tokens, model.embedding.num_embeddings)
     loss = F.cross_entropy(model(ids), labels)
     opt.zero_grad()
     loss.backward()
@@ -308,6 +310,69 @@ def range_times(prof: profile, names: tuple[str, ...]) -> dict[str, float]:
 STAGES = ("features", "forward", "loss", "backward", "optimizer")
 
 
+# A stage is a bottleneck to blame when it takes at least BLAME_SHARE of the step's CPU time (the
+# five ranges' sum); within BLAME_BAND of that line either answer counts, since two profiles of
+# the same step differ by a few points. A blamed stage's share must be within SHARE_TOLERANCE.
+BLAME_SHARE, BLAME_BAND, SHARE_TOLERANCE = 0.06, 0.02, 0.1
+
+
+def stage_shares(stage_ms: dict[str, float]) -> dict[str, float]:
+    """Each stage's share of the step's CPU time: its range's time / the five ranges' sum."""
+    total = sum(stage_ms.get(name, 0.0) for name in STAGES)
+    return {name: stage_ms.get(name, 0.0) / total if total > 0 else 0.0 for name in STAGES}
+
+
+def _share(value: Any) -> float | None:
+    if type(value) not in (int, float) or not math.isfinite(value) or not 0 <= value <= 1:
+        return None
+    return float(value)
+
+
+def blame_score(shares: dict[str, float], suspects: Any) -> float:
+    """The share of the five stages a blame list gets right against a profile's ``shares``.
+
+    ``suspects`` maps the stages one blames to the share of the step each takes. A stage is
+    right when it is blamed with a share within ``SHARE_TOLERANCE`` of the profile's and takes
+    at least ``BLAME_SHARE + BLAME_BAND`` of the step, or is left out and takes less than
+    ``BLAME_SHARE - BLAME_BAND``; in between, leaving it out or blaming it with a right share
+    both count. Anything but a dict of stage names to numbers in [0, 1] scores 0.
+    """
+    if type(suspects) is not dict or not all(type(k) is str for k in suspects):
+        return 0.0
+    blamed = {k.strip().strip('"'): _share(v) for k, v in suspects.items()}
+    if any(k not in STAGES or v is None for k, v in blamed.items()):
+        return 0.0
+    right = 0
+    for name in STAGES:
+        truth = shares.get(name, 0.0)
+        if name in blamed:
+            close = abs(blamed[name] - truth) <= SHARE_TOLERANCE
+            right += truth >= BLAME_SHARE - BLAME_BAND and close
+        else:
+            right += truth < BLAME_SHARE + BLAME_BAND
+    return right / len(STAGES)
+
+
+def blame_verdict(shares: dict[str, float], suspects: Any) -> str:
+    """One line per stage: the profile's share, the blamed share, and whether that is right."""
+    lines = []
+    for name in STAGES:
+        truth = shares.get(name, 0.0)
+        got = suspects.get(name) if type(suspects) is dict else None
+        one = blame_score({name: truth}, {name: got} if got is not None else {})
+        must = (
+            "blame"
+            if truth >= BLAME_SHARE + BLAME_BAND
+            else ("leave out" if truth < BLAME_SHARE - BLAME_BAND else "either")
+        )
+        yours = f"blamed at {got:.0%}" if isinstance(got, (int, float)) else "left out"
+        lines.append(
+            f"  {name:<10} profile {truth:6.1%} ({must}); yours: {yours} -> "
+            f"{'right' if one == 1.0 else 'wrong'}"
+        )
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """What the grader's own profile of the slow step found."""
@@ -338,6 +403,14 @@ class Diagnosis:
             shape_ok = False
         return 0.5 * shape_ok + 0.5 * (stage == self.top_stage)
 
+    @property
+    def stage_shares(self) -> dict[str, float]:
+        return stage_shares(self.stage_ms)
+
+    def blame(self, suspects: Any) -> float:
+        """The share of the five stages the blame list ``suspects`` gets right."""
+        return blame_score(self.stage_shares, suspects)
+
     def summary(self) -> str:
         top = self.top_op
         return (
@@ -361,6 +434,38 @@ def diagnosis(prof: profile) -> Diagnosis:
 def diagnose(seed: int, size: Sizes | None = None) -> Diagnosis:
     """The grader's profile: the slow step on a fresh model and batch from ``seed``."""
     return diagnosis(profile_steps(trainer(baseline_setup, baseline_step, size, seed)))
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One operator call of a ``profile_memory=True`` profile that allocated memory."""
+
+    op: str
+    mb: float  # self CPU memory: allocated minus freed by the call itself, MiB
+    stage: str | None  # the record_function range it ran in (None: outside the five)
+    callers: tuple[str, ...]  # its chain of callers, innermost first (operators, Python frames)
+    stack: tuple[str, ...]  # the Python stack the profiler recorded for it (with_stack=True)
+
+    @property
+    def stack_agrees(self) -> bool:
+        """Whether the recorded stack's innermost frame is among the call's real callers."""
+        return bool(self.stack) and self.stack[0] in self.callers
+
+
+def allocations(prof: profile, n: int = 3) -> list[Allocation]:
+    """The ``n`` operator calls that allocated the most memory themselves, with their callers
+    (walked up ``cpu_parent``, which the profiler builds from the events' nesting)."""
+    calls = sorted(prof.events(), key=lambda e: e.self_cpu_memory_usage, reverse=True)
+    found = []
+    for e in calls[:n]:
+        chain, parent = [], e.cpu_parent
+        while parent is not None:
+            chain.append(parent.name)
+            parent = parent.cpu_parent
+        stage = next((name for name in chain if name in STAGES), None)
+        mb = e.self_cpu_memory_usage / 2**20
+        found.append(Allocation(e.name, mb, stage, tuple(chain), tuple(e.stack or ())))
+    return found
 
 
 @dataclass(frozen=True)
@@ -411,6 +516,19 @@ def trace_spans(trace_path: str | Path, names: tuple[str, ...] = STAGES) -> list
                 reach = op["ts"] + op["dur"]
         spans.append(Span(r["name"], (start - t0) / 1e3, r["dur"] / 1e3, covered / 1e3))
     return spans
+
+
+def time_fix(
+    fixed: Trainer, *, budget_s: float, min_rounds: int, seed: int = 0
+) -> dict[str, measure.Speedup]:
+    """The speedups of ``fixed`` and of the graders' reference fix over the slow step, timed in
+    one interleaved run (what a visible test prints ``checks.target_here`` from)."""
+    slow = trainer(baseline_setup, baseline_step, seed=seed)
+    ref = trainer(reference_setup, reference_step, seed=seed)
+    with captured_stderr():
+        return measure.compare_many(
+            slow, {"reference": ref, "yours": fixed}, budget_s=budget_s, min_rounds=min_rounds
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -585,11 +703,26 @@ def gpu_busy(prof: profile, wall_ms: float) -> GpuBusy:
 # with AVX2 and no AVX-512 (1 thread, other core loaded): quoted as "the AVX2 VM".
 # The checks the judge runs outside the student's process.
 # Quick-test cells whose points the judge's check of the same answer must vouch for.
-VOUCHED = {"test_diagnosis_visible": "diagnosis", "test_fix_visible": "fix_correct"}
-JUDGED = ("diagnosis", "fix_correct", "fix_speed")
+VOUCHED = {
+    "test_suspects_visible": "suspects",
+    "test_diagnosis_visible": "diagnosis",
+    "test_fix_visible": "fix_correct",
+}
+JUDGED = ("suspects", "diagnosis", "fix_correct", "fix_speed")
 MEASURE = "tools/measure/lab09_profiling.py"
 LAB09_PROFILE = "grader's diagnose(seed), 5 steps (1 wait, 1 warm-up, 3 active), 1 thread"
 TARGETS: tuple[Target, ...] = (
+    # Share of the five stages a blame list gets right (blame_score) against the grader's
+    # profile: 4 of 5 right earns half, 3 of 5 nothing.
+    Target("09", "blame_list", "cpu", "score", 1.0, 0.6,
+           f"{MEASURE} --checks blame: every stage at >= 6% with its share from seed 0's profile "
+           "({'backward': 0.81, 'optimizer': 0.13}): 1.0 in 12/12 runs (6 full + 6 smoke); the "
+           "grader's shares over 8 secret seeds, other core loaded: backward 0.806–0.821, "
+           "optimizer 0.119–0.127, loss 0.027–0.028, forward 0.016–0.024, features "
+           "0.014–0.016; avx2-machine: optimizer 0.127–0.130, backward 0.806–0.811",
+           "the code reader's guess, the Python loops ({'features': 0.01-0.02, 'loss': 0.03}): "
+           "0.2 in 12/12 runs (only 'forward' right); a blank {}: 0.6; everything blamed: 0.4",
+           f"{ZEN4_VM}; {LAB09_PROFILE}", "2026-12-05", MEASURE),
     # Share = named op's self CPU time / top op's. The reference answer is what the solution
     # cell reads from a profile of seed 0: aten::fill_, (262144, 64), "backward"; the
     # baseline-equivalent names the runner-up: aten::add_ (same shape) and "optimizer".
@@ -624,6 +757,17 @@ TARGETS: tuple[Target, ...] = (
 
 # ---------------------------------------------------------------------------------------------
 # The graders' checks: their own profile, fresh models and batches from a secret seed.
+
+
+def check_suspects(suspects: Any, *, points: float) -> float:
+    """The student's blame list (stage -> share of the step's CPU time) against the grader's
+    own profile of the slow step on a fresh model and batch: the share of the five stages it
+    gets right (:func:`blame_score`)."""
+    found = diagnose(checks.secret_seed())
+    print("grader's profile, stage by stage:\n" + blame_verdict(found.stage_shares, suspects))
+    return checks.value(
+        targets.goal(TARGETS, "blame_list"), lambda: found.blame(suspects), points=points
+    )
 
 
 def check_diagnosis(

@@ -210,6 +210,7 @@ class _Equal(str):
         return self
 
 DOMINANT_OP, DOMINANT_SHAPE, DOMINANT_STAGE = _Equal("x"), _Equal("y"), _Equal("z")
+SUSPECTS = {_Equal("backward"): 0.8, _Equal("optimizer"): 0.1}
 """
 
 HONEST_NOISE = """

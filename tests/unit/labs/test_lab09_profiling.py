@@ -1,4 +1,5 @@
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -18,11 +19,16 @@ def one_thread():
         yield
 
 
+def test_the_fix_exercises_answer_is_not_importable_under_a_public_name():
+    public = {n for n in dir(profiling) if not n.startswith("_")}
+    assert "hash_features" not in public and "hash_features_loop" in public
+
+
 def test_vectorised_hashing_gives_the_loops_features():
     tokens, _ = profiling.batch(SMALL, seed=0)
     tokens[0, 5:] = 0  # a short headline
     slow = profiling.hash_features_loop(tokens, SMALL.rows)
-    fast = profiling.hash_features(tokens, SMALL.rows)
+    fast = profiling._hash_features(tokens, SMALL.rows)
     assert slow.shape == fast.shape == (SMALL.batch, 2 * SMALL.length - 1)
     for a, b in zip(slow, fast, strict=True):
         assert torch.equal(a[a != 0].sort().values, b[b != 0].sort().values)
@@ -43,7 +49,7 @@ def test_fixed_step_trains_like_the_slow_step_and_wrong_fixes_do_not():
         return torch.optim.Adam(model.parameters(), lr=lr)
 
     def summed(model, opt, tokens, labels):
-        ids = profiling.hash_features(tokens, model.embedding.num_embeddings)
+        ids = profiling._hash_features(tokens, model.embedding.num_embeddings)
         loss = F.cross_entropy(model(ids), labels, reduction="sum")
         opt.zero_grad()
         loss.backward()
@@ -88,11 +94,63 @@ def test_profile_is_quiet_and_names_the_slow_steps_parts(tmp_path, capfd):
     assert profiling.step_wall_ms(prof) > 0
 
 
+def test_allocations_name_the_dense_gradient_and_its_real_callers():
+    from torch._C._profiler import _ExperimentalConfig
+    from torch.profiler import ProfilerActivity, profile
+
+    run = profiling.trainer(profiling.baseline_setup, profiling.baseline_step, SMALL, seed=0)
+    run()
+    config = _ExperimentalConfig(verbose=True)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True,
+                 experimental_config=config) as prof:  # fmt: skip
+        run()
+    top = profiling.allocations(prof, n=2)[0]
+    assert top.mb == pytest.approx(SMALL.rows * SMALL.dim * 4 / 2**20, rel=0.05), top
+    assert top.stage == "backward" and "aten::embedding_dense_backward" in top.callers, top
+
+
 def test_dense_table_gradient_dominates_the_slow_step_at_lab_size():
     size = profiling.sizes()
     found = profiling.diagnose(seed=1, size=size)
     assert found.top_shapes[found.top_op] == (size.rows, size.dim), found.summary()
     assert found.top_stage == "backward", found.summary()
+
+
+SHARES = {"features": 0.015, "forward": 0.02, "loss": 0.028, "backward": 0.81, "optimizer": 0.125}
+
+
+def test_blame_score_stage_by_stage():
+    right = {"backward": 0.81, "optimizer": 0.13}
+    assert profiling.blame_score(SHARES, right) == 1.0
+    assert profiling.blame_score(SHARES, {"backward": 0.75, "optimizer": 0.2}) == 1.0  # within 0.1
+    assert profiling.blame_score(SHARES, {"backward": 0.81}) == 0.8  # optimizer missed
+    assert profiling.blame_score(SHARES, {"backward": 0.5, "optimizer": 0.13}) == 0.8  # far off
+    assert profiling.blame_score(SHARES, {}) == 0.6  # blank: only the small stages right
+    code_reader = {"features": 0.015, "loss": 0.028}  # the Python loops look slow
+    assert profiling.blame_score(SHARES, code_reader) == 0.2
+    everything = dict(SHARES)  # blame every stage, with exact shares
+    assert profiling.blame_score(SHARES, everything) == 0.4
+    in_band = {**SHARES, "loss": 0.06}  # between 4% and 8%: either answer counts
+    assert profiling.blame_score(in_band, right) == 1.0
+    assert profiling.blame_score(in_band, {**right, "loss": 0.06}) == 1.0
+    for junk in (None, "backward", [("backward", 0.8)], {"backward": "0.8"},
+                 {"backward": 81.0, "optimizer": 0.13}, {"step": 0.9}, {"backward": math.nan},
+                 {("backward",): 0.8}):  # fmt: skip
+        assert profiling.blame_score(SHARES, junk) == 0.0, junk
+    verdict = profiling.blame_verdict(SHARES, {"backward": 0.81})
+    assert "optimizer" in verdict and "wrong" in verdict and verdict.count("right") == 4
+
+
+def test_check_suspects_against_the_graders_own_profile(graded, capsys):
+    found = profiling.diagnose(checks.secret_seed())
+    right = {k: v for k, v in found.stage_shares.items() if v >= profiling.BLAME_SHARE}
+    assert set(right) == {"backward", "optimizer"}, found.stage_shares
+    assert profiling.check_suspects(right, points=3) == 3.0
+    assert "backward" in capsys.readouterr().out
+    assert profiling.check_suspects({"backward": right["backward"]}, points=3) == 1.5
+    for wrong in ({"features": 0.02, "loss": 0.03}, {}, dict(found.stage_shares), {"x": 1.0}):
+        with pytest.raises(checks.CheckFailed):
+            profiling.check_suspects(wrong, points=3)
 
 
 def test_embedding_updates_dense_sparse_and_adam():
