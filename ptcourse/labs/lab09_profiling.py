@@ -453,9 +453,10 @@ class Allocation:
 
 
 def allocations(prof: profile, n: int = 3) -> list[Allocation]:
-    """The ``n`` operator calls that allocated the most memory themselves, with their callers
+    """The ``n`` operator calls (aten::…) that allocated the most memory themselves, their callers
     (walked up ``cpu_parent``, which the profiler builds from the events' nesting)."""
-    calls = sorted(prof.events(), key=lambda e: e.self_cpu_memory_usage, reverse=True)
+    ops = (e for e in prof.events() if e.name.startswith("aten::"))  # not Python frames
+    calls = sorted(ops, key=lambda e: e.self_cpu_memory_usage, reverse=True)
     found = []
     for e in calls[:n]:
         chain, parent = [], e.cpu_parent
