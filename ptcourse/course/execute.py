@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ptcourse.core import hardware
+from ptcourse.core import attained, hardware
 from ptcourse.core.lineup import Lab
 from ptcourse.course.paths import BUILD, notebook
 from ptcourse.grading import checks
@@ -29,6 +29,7 @@ class LabRun:
     output: str
     error: str = ""
     results: list[dict] = field(default_factory=list)
+    attained: list[dict] = field(default_factory=list)  # roofline points (core.attained)
 
 
 # ipykernel warns on every start that its local TCP transport is unencrypted: noise on a
@@ -51,7 +52,10 @@ def execute(the_lab: Lab, smoke: bool, folder: str = "solutions") -> LabRun:
     results = out_dir / "results.jsonl"
     results.unlink(missing_ok=True)
     output = out_dir / f"{the_lab.name}.ipynb"
+    points = out_dir / "attained.jsonl"
+    points.unlink(missing_ok=True)
     os.environ[checks.RESULTS_ENV] = str(results)  # the kernel inherits it
+    os.environ[attained.ENV] = str(points)
     os.environ["PTCOURSE_SMOKE"] = "1" if smoke else "0"
     track = hardware.track_for(the_lab)
     start, error = time.perf_counter(), ""
@@ -69,6 +73,7 @@ def execute(the_lab: Lab, smoke: bool, folder: str = "solutions") -> LabRun:
         error = str(failure).strip().splitlines()[-1][:500] if str(failure) else repr(failure)
     finally:
         os.environ.pop(checks.RESULTS_ENV, None)
+        os.environ.pop(attained.ENV, None)
     return LabRun(
         lab=the_lab.name,
         title=the_lab.title,
@@ -80,4 +85,5 @@ def execute(the_lab: Lab, smoke: bool, folder: str = "solutions") -> LabRun:
         output=str(output),
         error=error,
         results=_read_results(results),
+        attained=attained.read(points),
     )

@@ -69,7 +69,30 @@ def _fmt(result: dict) -> str:
     return f"{result['value']:.3g}{ci}"
 
 
-def _lab_section(run: LabRun) -> str:
+def _share_of_peak(run: LabRun, ceilings: measure.Ceilings | None) -> str:
+    """The lab's roofline points against the ceilings measured for this report: what bounds each
+    here (left or right of the ridge) and what share of that bound it attained."""
+    if not run.attained or ceilings is None:
+        return ""
+    ridge = ceilings.fp32_flops / ceilings.copy_bytes_per_s
+    rows = []
+    for p in run.attained:
+        compute = p["intensity"] >= ridge
+        roof = ceilings.fp32_flops if compute else ceilings.copy_bytes_per_s * p["intensity"]
+        bound = "compute (fp32 matmul peak)" if compute else "memory (copy bandwidth)"
+        rows.append(
+            f"<tr><td>{html.escape(p['workload'])}</td><td>{p['intensity']:.3g}</td>"
+            f"<td>{p['flops_per_s'] / 1e9:.3g}</td><td>{bound}</td>"
+            f"<td>{p['flops_per_s'] / roof:.0%}</td></tr>"
+        )
+    return (
+        f"<p>Its roofline points against this report's ceilings (ridge {ridge:.3g} FLOP/byte):</p>"
+        "<table><tr><th>workload</th><th>FLOP/byte</th><th>GFLOP/s</th><th>bound here</th>"
+        f"<th>share of that bound</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def _lab_section(run: LabRun, ceilings: measure.Ceilings | None = None) -> str:
     status = "ran" if run.ok else f"FAILED: {html.escape(run.error)}"
     rows = "".join(
         f"<tr><td>{html.escape(r['check'])}</td><td>{r['kind']}</td><td>{_fmt(r)}</td>"
@@ -95,6 +118,7 @@ def _lab_section(run: LabRun) -> str:
         f"<h2>{html.escape(run.lab)} — {html.escape(run.title)}</h2>"
         f"<p>Track <b>{run.track}</b> ({html.escape(run.track_reason)}); device {run.device}; "
         f"{status} in {run.seconds:.0f} s.</p>{quoted}{table}{plot}"
+        f"{_share_of_peak(run, ceilings)}"
     )
 
 
@@ -135,7 +159,7 @@ def write(
             indent=2,
         )
     )
-    body = "".join(_lab_section(run) for run in runs)
+    body = "".join(_lab_section(run, ceilings) for run in runs)
     mode = "smoke sizes" if smoke else "full sizes"
     page = (
         "<!doctype html><meta charset='utf-8'><title>ptcourse report card</title>"

@@ -40,3 +40,30 @@ def test_the_page_names_the_machine_its_ceilings_and_the_claim_each_lab_tests(tm
     text = page.read_text()
     assert "Flash Attention: 1.8x faster" in text and "Measured here: speedup 3" in text
     assert "matmul fp32 100.0 GFLOP/s" in text and "torch " in text
+
+
+def test_roofline_points_are_shown_as_a_share_of_the_bound_that_applies_here(tmp_path):
+    from ptcourse.core.measure import Ceilings
+
+    ceilings = Ceilings(1e11, 2e11, 1e10, 1, "cpu")  # ridge 10 FLOP/byte
+    points = [{"workload": "matmul 512²", "intensity": 85.0, "flops_per_s": 8e10},
+              {"workload": "add", "intensity": 0.083, "flops_per_s": 4e8}]  # fmt: skip
+    run = LabRun("00-measuring-right", "measuring right", "cpu", "test", "cpu", True, 1.0, "",
+                 attained=points)  # fmt: skip
+    _, page = report.write([run], tmp_path, smoke=True, ceilings=ceilings)
+    text = page.read_text()
+    assert "compute (fp32 matmul peak)</td><td>80%" in text  # 80 of 100 GFLOP/s
+    assert "memory (copy bandwidth)</td><td>48%" in text  # 0.4 of 10 GB/s x 0.083
+
+
+def test_attained_points_reach_the_run_only_through_its_file(tmp_path, monkeypatch):
+    from ptcourse.core import attained
+
+    monkeypatch.delenv(attained.ENV, raising=False)
+    attained.record({"x": (1.0, 2.0)})  # outside `ptcourse run`: nothing written, no error
+    monkeypatch.setenv(attained.ENV, str(tmp_path / "a.jsonl"))
+    attained.record({"x": (1.0, 2.0)})
+    assert attained.read(tmp_path / "a.jsonl") == [
+        {"workload": "x", "intensity": 1.0, "flops_per_s": 2.0}
+    ]
+    assert attained.read(tmp_path / "missing.jsonl") == []
