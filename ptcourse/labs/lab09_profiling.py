@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -431,9 +432,20 @@ def diagnosis(prof: profile) -> Diagnosis:
     return Diagnosis(self_ms, {k: v[1] for k, v in costliest.items()}, range_times(prof, STAGES))
 
 
-def diagnose(seed: int, size: Sizes | None = None) -> Diagnosis:
-    """The grader's profile: the slow step on a fresh model and batch from ``seed``."""
-    return diagnosis(profile_steps(trainer(baseline_setup, baseline_step, size, seed)))
+def diagnose(seed: int, size: Sizes | None = None, repeats: int = 3) -> Diagnosis:
+    """The grader's profile: the slow step on a fresh model and batch from ``seed``, profiled
+    ``repeats`` times; each operator's and stage's time is the median over the profiles (in the
+    judge one disturbed profile of three active steps once put 'forward' at 8.5% of the step
+    against 1.6-2.4% in every other: a correct blame list lost half its points)."""
+    run = trainer(baseline_setup, baseline_step, size, seed)
+    found = [diagnosis(profile_steps(run)) for _ in range(repeats)]
+
+    def median(parts: list[dict[str, float]]) -> dict[str, float]:
+        return {k: statistics.median(p.get(k, 0.0) for p in parts) for k in parts[0]}
+
+    return Diagnosis(
+        median([d.self_ms for d in found]), found[0].top_shapes, median([d.stage_ms for d in found])
+    )
 
 
 @dataclass(frozen=True)
