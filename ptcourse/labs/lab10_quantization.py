@@ -12,7 +12,12 @@ the graders' checks.
 - :func:`torchao_weight_only` and :func:`onnx_int8` build the comparison variants of the table;
   :class:`OrtClassifier` wraps an ONNX Runtime session as a module that takes and returns torch
   tensors.
-- ``check_torchao``, ``check_fast_size`` and ``check_fast_speed`` grade the two exercises.
+- :func:`reference_quantize`, :func:`reference_dequantize` and :func:`reference_fake_linear`
+  are the instructors' answers to Exercise 1 (per-channel symmetric int8 by hand);
+  :func:`per_tensor_quantize` is the one-scale variant the notebook compares them with, and
+  :func:`spread_layer` draws a Linear layer whose rows differ in size (what the checks use).
+- ``check_quantize`` and ``check_fake_linear`` grade Exercise 1; ``check_torchao``,
+  ``check_fast_size`` and ``check_fast_speed`` grade the library exercises.
 
 torch.ao and torchao warn on stderr (deprecations, log lines); everything here that calls them
 runs inside :func:`ptcourse.core.quiet.captured_stderr`.
@@ -47,7 +52,25 @@ Quantizer = Callable[[nn.Module], nn.Module]
 AVX2_VM = "the 2-core AVX2 EPYC VM (no AVX-512/VNNI), 2026-12-03"
 SCRIPT = "tools/measure/lab10_quantization.py"
 RUNS = f"{SCRIPT}, 5 runs full + 5 smoke"
+QSCRIPT = f"{SCRIPT} --by-hand, 5 seeds"
 TARGETS: tuple[Target, ...] = (
+    # Exercise 1 (by hand), on spread_layer weights from the secret seed: the largest
+    # reconstruction error |dequantize(q, s) - w| in units of the row's scale (0.5 = exact
+    # rounding), and the fake-quantized Linear's relative output error against fp32.
+    Target("10", "quantize_error", "cpu", "error", 0.501, 0.75,
+           f"0.5000 in every run (round to nearest; {QSCRIPT})",
+           "truncation (.to(torch.int8) without rounding) fails the rounding rule before this "
+           "row (130289 of 262144 elements off by one); the fp32 weight returned fails the int8 "
+           "check", ZEN4_VM, "2026-12-05", script=SCRIPT),
+    # The fake-quantized Linear's distance from the reference per-channel product, in units of
+    # the reference's own distance from fp32 (0: the same product; the error vs fp32 itself
+    # depends on the secret layer: 0.0039 on seeds 0-4, 0.0068 on seed 1234).
+    Target("10", "fake_linear_error", "cpu", "relative_error", 0.01, 0.05,
+           f"0 (the reference) and < 1e-6 (torch.fake_quantize_per_channel_affine) in every run "
+           f"({QSCRIPT})",
+           "per-tensor scale and fp32 (no quantization) fail the closeness to the reference "
+           "fake-quant before this row (more than 0.05 of the gap)", ZEN4_VM, "2026-12-05",
+           script=SCRIPT),
     Target("10", "torchao_size", "cpu", "memory_ratio", 3.5, 1.5,
            f"3.86x in every run (int8 weights + per-row scales; {RUNS}); the same on {AVX2_VM}",
            "float copy 1.00x (same runs)", ZEN4_VM, "2026-12-03", script=SCRIPT),
@@ -349,8 +372,13 @@ def _same_weights(model: nn.Module, weights: dict[str, Tensor]) -> bool:
 
 # The checks the judge runs outside the student's process, and the quick tests they vouch for.
 # The Linear layers' size is read in the worker (checks.beside): see docs/grading.md.
-JUDGED = ("torchao", "fast_size", "fast_speed")
-VOUCHED = {"test_torchao_visible": "torchao", "test_fast_visible": "fast_speed"}
+JUDGED = ("quantize", "fake_linear", "torchao", "fast_size", "fast_speed")
+VOUCHED = {
+    "test_quantize_visible": "quantize",
+    "test_fake_linear_visible": "fake_linear",
+    "test_torchao_visible": "torchao",
+    "test_fast_visible": "fast_speed",
+}
 
 
 def check_torchao(torchao_int8: Quantizer, *, points: float) -> float:
@@ -445,3 +473,167 @@ def fresh_tokens(batch: int) -> Callable[[], tuple[Tensor]]:
 def size_ratio_of(quantized: nn.Module, float_model: nn.Module) -> float:
     """:func:`size_ratio` with the quantized model first (what ``checks.beside`` calls)."""
     return size_ratio(float_model, quantized)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1, int8 by hand: per-channel symmetric quantization of a weight, and a Linear layer
+# that computes with the fake-quantized (quantized, then dequantized) weight.
+
+QMAX = 127  # symmetric int8: q in [-127, 127], so that -q is always representable
+
+
+def reference_quantize(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-output-channel symmetric int8: ``scale[i] = max|weight[i]| / 127`` (1.0 for a row of
+    zeros), ``q = clamp(round(weight / scale), -127, 127)`` as int8; returns ``(q, scale)``,
+    ``scale`` float32 of shape ``[out_features]``."""
+    amax = weight.detach().abs().amax(dim=1).float()
+    scale = torch.where(amax > 0, amax / QMAX, torch.ones_like(amax))
+    q = torch.clamp(torch.round(weight.float() / scale[:, None]), -QMAX, QMAX)
+    return q.to(torch.int8), scale
+
+
+def reference_dequantize(q: Tensor, scale: Tensor) -> Tensor:
+    """``q * scale`` per row, float32."""
+    return q.float() * scale.float()[:, None]
+
+
+def reference_fake_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear`` with the weight quantized per channel and dequantized (activations fp32)."""
+    return nn.functional.linear(x, reference_dequantize(*reference_quantize(weight)), bias)
+
+
+def per_tensor_quantize(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """One scale for the whole tensor (``max|weight| / 127``), repeated per row so that a
+    per-row ``dequantize`` reads it: the comparison the notebook makes."""
+    amax = weight.detach().abs().max().float().clamp_min(1e-30)
+    scale = (amax / QMAX).expand(weight.shape[0]).clone()
+    q = torch.clamp(torch.round(weight.float() / scale[:, None]), -QMAX, QMAX)
+    return q.to(torch.int8), scale
+
+
+def spread_layer(
+    out_features: int, in_features: int, generator: torch.Generator, spread: float = 100.0
+) -> tuple[Tensor, Tensor]:
+    """(weight, bias) of a Linear layer whose rows differ in size: row ``i`` is Gaussian times a
+    magnitude drawn log-uniformly over ``spread`` (the largest row ``spread`` times the smallest),
+    as trained layers' rows differ (less so, here: see the notebook's table)."""
+    weight = torch.randn(out_features, in_features, generator=generator)
+    logs = torch.rand(out_features, 1, generator=generator) * torch.log(torch.tensor(spread))
+    weight = weight * torch.exp(logs) / spread**0.5 / in_features**0.5
+    bias = 0.01 * torch.randn(out_features, generator=generator)
+    return weight, bias
+
+
+class Wrong(AssertionError):
+    """What a quick test raises where the hidden check would fail (the same rule)."""
+
+
+def _pair(result: object, what: str) -> tuple[Tensor, Tensor]:
+    if not (isinstance(result, tuple | list) and len(result) == 2):
+        raise Wrong(f"{what} must return a pair (q, scale), got {type(result).__name__}")
+    q, scale = result
+    if not (isinstance(q, Tensor) and isinstance(scale, Tensor)):
+        raise Wrong(f"{what}: q and scale must be tensors")
+    return q, scale
+
+
+def quantize_error(quantize_per_channel: Callable, dequantize: Callable, weight: Tensor) -> float:
+    """The rules Exercise 1's ``quantize_per_channel`` and ``dequantize`` must keep on
+    ``weight`` (raising :class:`Wrong` at the first broken one), then the largest reconstruction
+    error ``|dequantize(q, scale) - weight|`` in units of each row's scale (0.5 when rounding is
+    to the nearest integer)."""
+    out_features = weight.shape[0]
+    q, scale = _pair(quantize_per_channel(weight.clone()), "quantize_per_channel")
+    if q.dtype != torch.int8:
+        raise Wrong(f"q must be a torch.int8 tensor, got {q.dtype}")
+    if q.shape != weight.shape:
+        raise Wrong(f"q has shape {tuple(q.shape)}, the weight {tuple(weight.shape)}")
+    if scale.numel() != out_features:
+        raise Wrong(f"{scale.numel()} scale(s): one per output channel (row) makes "
+                    f"{out_features}")  # fmt: skip
+    if not scale.is_floating_point():
+        raise Wrong(f"scale must be a float tensor, got {scale.dtype}")
+    scale = scale.reshape(out_features).float()
+    if int(q.min()) < -128 or int(q.max()) > 127:
+        raise Wrong("q outside [-128, 127]")
+    want_q, want_scale = reference_quantize(weight)
+    if not torch.allclose(scale, want_scale, rtol=1e-5, atol=0.0):
+        worst = ((scale - want_scale).abs() / want_scale).max().item()
+        raise Wrong(f"scale is not max|w| / 127 per row (relative difference up to {worst:.3g})")
+    off = (q.int() - want_q.int()).abs()
+    if int(off.max()) > 1 or off.count_nonzero().item() > max(1, off.numel() // 1000):
+        raise Wrong(f"q differs from round(w / scale) on {off.count_nonzero().item()} of "
+                    f"{off.numel()} elements (by up to {int(off.max())})")  # fmt: skip
+    # dequantize on the answer's own pair, and on a pair it has not seen (not the weight)
+    deq = dequantize(q, scale)
+    other_q = torch.roll(want_q, 1, dims=0)
+    other_scale = torch.roll(want_scale, 1) * 1.5
+    for got, (qq, ss) in (
+        (deq, (q, scale)),
+        (dequantize(other_q, other_scale), (other_q, other_scale)),
+    ):
+        if not isinstance(got, Tensor) or got.dtype != torch.float32 or got.shape != qq.shape:
+            raise Wrong("dequantize must return a float32 tensor of q's shape")
+        if not torch.allclose(got, reference_dequantize(qq, ss), rtol=1e-6, atol=0.0):
+            raise Wrong("dequantize(q, scale) is not q * scale (per row)")
+    return ((deq - weight).abs() / scale[:, None]).max().item()
+
+
+def fake_linear_errors(fake_quant_linear: Callable, x: Tensor, weight: Tensor, bias: Tensor
+                       ) -> tuple[float, float]:  # fmt: skip
+    """(the answer's relative error from the reference fake-quant output in units of the
+    reference's relative error from fp32, the answer's relative error from fp32), raising
+    :class:`Wrong` when the output is not a float32 tensor of the right shape or is not the
+    per-channel fake-quantized product (closer to the reference than 5% of the gap between the
+    reference and fp32)."""
+    from ptcourse.core.numerics import relative_error
+
+    got = fake_quant_linear(x.clone(), weight.clone(), bias.clone())
+    want = reference_fake_linear(x, weight, bias)
+    if not isinstance(got, Tensor) or got.dtype != torch.float32 or got.shape != want.shape:
+        raise Wrong(f"fake_quant_linear must return a float32 tensor of shape {tuple(want.shape)}")
+    exact = nn.functional.linear(x, weight, bias)
+    gap = relative_error(exact, want)
+    off = relative_error(got, want)
+    if off > 0.05 * gap:
+        raise Wrong(
+            f"the output is {off:.3g} (relative) from the per-channel fake-quantized product, "
+            f"which is {gap:.3g} from fp32: quantize the weight per channel, dequantize it, "
+            "then multiply (activations in fp32)"
+        )
+    return off / gap, relative_error(got, exact)
+
+
+CHECK_LAYER = (1024, 256)  # (out_features, in_features) of the graded weights
+CHECK_ROWS = 256  # activations rows for check_fake_linear (a batch of 16 headlines x 16 tokens)
+
+
+def _failed(wrong: Wrong) -> checks.CheckFailed:
+    return checks.CheckFailed(str(wrong))
+
+
+def check_quantize(quantize_per_channel: Callable, dequantize: Callable, *, points: float) -> float:
+    """Exercise 1a on a fresh :func:`spread_layer` weight from the secret seed: int8 q of the
+    weight's shape within [-128, 127], one float scale per row equal to max|w| / 127 (relative
+    1e-5), q = round(w / scale) (off by one on at most 0.1% of the elements), ``dequantize`` is
+    q * scale; then the largest reconstruction error in units of scale (``quantize_error``)."""
+    weight, _ = spread_layer(*CHECK_LAYER, checks.secret_generator())
+    try:
+        error = quantize_error(quantize_per_channel, dequantize, weight)
+    except Wrong as wrong:
+        raise _failed(wrong) from None
+    return checks.value(targets.goal(TARGETS, "quantize_error"), lambda: error, points=points)
+
+
+def check_fake_linear(fake_quant_linear: Callable, *, points: float) -> float:
+    """Exercise 1b on a fresh layer and activations from the secret seed: the output must be the
+    per-channel fake-quantized product (:func:`fake_linear_errors`); graded on its distance from
+    that product in units of the product's distance from fp32 (``fake_linear_error``)."""
+    gen = checks.secret_generator()
+    weight, bias = spread_layer(*CHECK_LAYER, gen)
+    x = torch.randn(CHECK_ROWS, CHECK_LAYER[1], generator=gen)
+    try:
+        error, _ = fake_linear_errors(fake_quant_linear, x, weight, bias)
+    except Wrong as wrong:
+        raise _failed(wrong) from None
+    return checks.value(targets.goal(TARGETS, "fake_linear_error"), lambda: error, points=points)

@@ -2,6 +2,12 @@
 
     .venv/bin/python tools/measure/lab10_quantization.py --runs 5 [--modes full smoke]
         [--also-torchao]
+    .venv/bin/python tools/measure/lab10_quantization.py --by-hand --runs 5
+
+``--by-hand`` grades Exercise 1 instead (``check_quantize``, ``check_fake_linear``): the
+solution notebook's ``quantize_per_channel``, ``dequantize`` and ``fake_quant_linear``, and the
+wrong answers the rows' baseline columns name (truncation instead of rounding; one per-tensor
+scale; no quantization at all), on seeds 0..runs-1.
 
 For each mode (full and smoke data; the classifier is the same) and each run (secret seed = run
 number) it grades the reference solution (the ``torchao_int8`` and ``fast_int8`` cells of the
@@ -38,17 +44,67 @@ NOTEBOOK = ROOT / "solutions" / "10-quantization" / "10-quantization.ipynb"
 ROWS = ("torchao_size", "fast_size", "fast_accuracy_drop", "fast_speedup")
 
 
-def solution(grade_id: str) -> Callable[[nn.Module], nn.Module]:
-    """The solution notebook's function defined in cell ``grade_id``, executed from its cell."""
+def solution(grade_id: str, name: str | None = None) -> Callable:
+    """The solution notebook's function ``name`` (default: ``grade_id``) defined in cell
+    ``grade_id``, executed from its cell."""
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     (source,) = [
         "".join(c["source"])
         for c in cells
         if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id
     ]
-    namespace = {"copy": copy, "torch": torch, "nn": nn, "captured_stderr": captured_stderr}
+    namespace = {
+        "copy": copy,
+        "torch": torch,
+        "nn": nn,
+        "F": nn.functional,
+        "captured_stderr": captured_stderr,
+    }
     exec(source, namespace)
-    return namespace[grade_id]
+    return namespace[name or grade_id]
+
+
+def by_hand(runs: int) -> None:
+    """Exercise 1's rows: the reference and the wrong answers, ``runs`` seeds."""
+    quant, deq, fake = (solution("int8_by_hand", name) for name in ("quantize_per_channel",
+                        "dequantize", "fake_quant_linear"))  # fmt: skip
+
+    def truncated(w):
+        q, s = quant(w)
+        return torch.clamp(w / s[:, None], -127, 127).to(torch.int8), s  # no rounding
+
+    def per_tensor_fake(x, w, b):
+        return nn.functional.linear(x, lab.reference_dequantize(*lab.per_tensor_quantize(w)), b)
+
+    def fp32(x, w, b):
+        return nn.functional.linear(x, w, b)
+
+    rows = {
+        "quantize_error": {"reference": (lab.check_quantize, (quant, deq)),
+                           "truncation": (lab.check_quantize, (truncated, deq))},
+        "fake_linear_error": {"reference": (lab.check_fake_linear, (fake,)),
+                              "per-tensor": (lab.check_fake_linear, (per_tensor_fake,)),
+                              "fp32": (lab.check_fake_linear, (fp32,))},
+    }  # fmt: skip
+    values: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for run in range(runs):
+        os.environ[checks.SEED_ENV] = str(run)
+        for row, answers in rows.items():
+            for who, (check, args) in answers.items():
+                before = len(checks.RESULTS)
+                try:
+                    with contextlib.redirect_stdout(None):
+                        check(*args, points=1)
+                except checks.CheckFailed as failed:
+                    if len(checks.RESULTS) == before:
+                        values[row][who].append(f"failed before the row: {str(failed)[:90]}")
+                        continue
+                values[row][who].append(checks.RESULTS[-1].value)
+    for row, whos in values.items():
+        for who, vals in whos.items():
+            nums = [v for v in vals if isinstance(v, float)]
+            text = spread(nums) if nums else vals[0]
+            print(f"  {row:<19} {who:<12} {text}")
 
 
 def float_copy(model: nn.Module) -> nn.Module:
@@ -79,9 +135,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--modes", nargs="+", choices=("full", "smoke"), default=["full", "smoke"])
     parser.add_argument("--also-torchao", action="store_true")
+    parser.add_argument("--by-hand", action="store_true", help="Exercise 1's rows only")
     args = parser.parse_args()
     os.environ["PTCOURSE_TRACK"] = "cpu"
     torch.set_num_threads(1)
+    if args.by_hand:
+        by_hand(args.runs)
+        return
     flags = [flag for flag in hardware.cpu_flags() if flag in hardware.INT8_FLAGS]
     print(f"CPU {hardware.machine().cpu_model}; int8 flags {', '.join(flags) or 'none'}; "
           f"torch kernels {torch.backends.cpu.get_cpu_capability()}")  # fmt: skip

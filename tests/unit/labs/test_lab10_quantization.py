@@ -219,3 +219,85 @@ def test_check_fast_speed_where_speed_is_not_gradable_grades_int8_weights(graded
     assert quantize.check_fast_speed(_legacy_int8, points=4) == 4.0
     with pytest.raises(checks.CheckFailed, match="memory_ratio"):
         quantize.check_fast_speed(_float_copy, points=4)
+
+
+# Exercise 1, int8 by hand: the reference, and the answers a student might hand in instead.
+
+
+@pytest.fixture
+def secret(monkeypatch):
+    monkeypatch.setenv(checks.SEED_ENV, SEED)
+
+
+def _truncated(weight):
+    _, scale = quantize.reference_quantize(weight)
+    return torch.clamp(weight / scale[:, None], -127, 127).to(torch.int8), scale
+
+
+def _fp32_returned(weight):  # "quantized" without int8: error 0 but nothing stored smaller
+    return weight.clone(), torch.ones(weight.shape[0])
+
+
+def _per_tensor_fake(x, weight, bias):
+    return nn.functional.linear(
+        x, quantize.reference_dequantize(*quantize.per_tensor_quantize(weight)), bias
+    )
+
+
+def _library_fake(x, weight, bias):  # torch's own per-channel fake quant: the same grid, allowed
+    _, scale = quantize.reference_quantize(weight)
+    zero = torch.zeros(weight.shape[0], dtype=torch.int32)
+    fake = torch.fake_quantize_per_channel_affine(weight, scale, zero, 0, -127, 127)
+    return nn.functional.linear(x, fake, bias)
+
+
+def test_check_quantize_gives_the_reference_full_points(secret):
+    q = quantize.reference_quantize
+    assert quantize.check_quantize(q, quantize.reference_dequantize, points=3) == 3
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (_truncated, "differs from round"),
+        (_fp32_returned, "int8"),
+        (quantize.per_tensor_quantize, "max|w| / 127 per row"),
+        (lambda w: quantize.reference_quantize(w)[0], "pair"),
+    ],
+    ids=["truncation", "fp32-returned", "per-tensor", "no-scale"],
+)
+def test_check_quantize_fails_wrong_answers_with_a_reason(secret, answer, message):
+    with pytest.raises(checks.CheckFailed, match=message):
+        quantize.check_quantize(answer, quantize.reference_dequantize, points=3)
+
+
+def test_check_quantize_tries_dequantize_on_a_pair_it_did_not_produce(secret):
+    cache = {}
+
+    def quant(weight):
+        cache["w"] = weight.clone()
+        return quantize.reference_quantize(weight)
+
+    def deq_returns_the_weight(q, scale):  # the cheat: hand back the original weight
+        return cache["w"]
+
+    with pytest.raises(checks.CheckFailed, match="dequantize"):
+        quantize.check_quantize(quant, deq_returns_the_weight, points=3)
+
+
+def test_check_fake_linear_reference_and_library_pass_per_tensor_and_fp32_fail(secret):
+    assert quantize.check_fake_linear(quantize.reference_fake_linear, points=2) == 2
+    assert quantize.check_fake_linear(_library_fake, points=2) == 2
+    for wrong in (_per_tensor_fake, lambda x, w, b: nn.functional.linear(x, w, b)):
+        with pytest.raises(checks.CheckFailed, match="per-channel fake-quantized"):
+            quantize.check_fake_linear(wrong, points=2)
+
+
+def test_per_channel_error_is_far_below_per_tensor_on_spread_rows():
+    w, b = quantize.spread_layer(256, 64, torch.Generator().manual_seed(0))
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(1))
+    _, per_channel = quantize.fake_linear_errors(quantize.reference_fake_linear, x, w, b)
+    from ptcourse.core.numerics import relative_error
+
+    per_tensor = relative_error(nn.functional.linear(x, w, b), _per_tensor_fake(x, w, b))
+    assert per_tensor > 2 * per_channel  # 3.1-4.3x on seeds 0-2: the large rows dominate the norm
