@@ -50,6 +50,11 @@ c.Spawner.environment = {
     "JUPYTER_CONFIG_PATH": str(Path(__file__).resolve().parent),
     "PTCOURSE_EXCHANGE": env("PTCOURSE_EXCHANGE", str(state / "exchange")),
     "PTCOURSE_SMOKE": env("PTCOURSE_SMOKE", "0"),
+    # Every server runs as the hub's one system user: nbgrader would submit as that user, so
+    # each student's server names its student (deploy/nbgrader_config.py reads it).
+    "PTCOURSE_STUDENT": lambda spawner: (
+        "" if spawner.user.name == instructor else spawner.user.name
+    ),
 }
 if os.geteuid() == 0:  # a container running as root: Jupyter Server asks for this
     c.Spawner.args = ["--ServerApp.allow_root=True"]

@@ -13,3 +13,7 @@ os.makedirs(c.Exchange.root, exist_ok=True)
 # Timing checks run inside test cells: nbgrader's default of 30 s per cell is far too short
 # (the repository's nbgrader_config.py sets the same for the instructor's autograde).
 c.Execute.timeout = int(os.environ.get("PTCOURSE_CELL_TIMEOUT", "300"))
+# On a hub whose servers all run as one system user, each student's server names its student
+# (deploy/jupyterhub_config.py sets PTCOURSE_STUDENT): submissions and feedback go by that name.
+if os.environ.get("PTCOURSE_STUDENT"):
+    c.CourseDirectory.student_id = os.environ["PTCOURSE_STUDENT"]
