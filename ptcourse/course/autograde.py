@@ -176,7 +176,8 @@ def _autograde_one(
         _books(the_lab, student, submissions, judged=False)
         canonical = BUILD / "nbgrader" / "autograded" / student / the_lab.name / name
         judged.mkdir(parents=True, exist_ok=True)
-        for extra in raw.glob("timestamp.txt"):
+        # nbgrader's exchange (release_feedback) needs the submission's secret in the feedback
+        for extra in [*raw.glob("timestamp.txt"), *raw.glob("submission_secret.txt")]:
             shutil.copyfile(extra, judged / extra.name)
         if remote is None:
             _step(_judge(the_lab, canonical, raw, judged / name, timeout_s, cores))

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 from urllib.request import Request, urlopen
 
 import pytest
@@ -155,7 +155,7 @@ def student_step(server: str, action: str) -> None:
 
 
 def contents(server: str, path: str) -> dict:
-    return json.loads(call(f"{server}/api/contents/{path}?content=1")[1])
+    return json.loads(call(f"{server}/api/contents/{quote(path)}?content=1")[1])
 
 
 def test_release_fetch_submit_collect_grade_feedback(workshop):
@@ -195,6 +195,7 @@ def test_release_fetch_submit_collect_grade_feedback(workshop):
         folder = contents(server, f"{LAB}/feedback")["content"]
         assert folder, f"{student} fetched no feedback"
         html = contents(server, f"{folder[0]['path']}/{LAB}.html")["content"]
+        (workshop["root"] / f"feedback-{student}.html").write_text(html)
         assert "[lab 00 · " in html, html[-2000:]
         score = by_student[student]
         assert f"{score['auto_score']:g}" in html
