@@ -8,6 +8,9 @@ a busy-loop process keeping the other core loaded. Prints, per row, the spread o
 values (min–max, median) and the points each answer earned.
 
     .venv/bin/python tools/measure/lab06_attention.py --runs 5 [--modes full,smoke]
+
+``--blockwise`` grades Exercise 2's memory row instead (``check_blockwise_memory``): the
+reference ``reference_blockwise`` and the naive attention pasted as the blockwise answer.
 """
 
 from __future__ import annotations
@@ -24,13 +27,18 @@ from ptcourse.labs import lab06_attention as lab
 
 ANSWERS = {"reference": lab.reference_sdpa, "baseline": lab.baseline_attention}
 CHECKS: tuple[Callable[..., float], ...] = (lab.check_speed, lab.check_memory)
+BLOCKWISE = {"reference": lab.reference_blockwise, "baseline": lab.baseline_attention}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--modes", default="full,smoke")
+    parser.add_argument("--blockwise", action="store_true", help="Exercise 2's memory row")
     args = parser.parse_args()
+    answers, rows = (
+        (BLOCKWISE, (lab.check_blockwise_memory,)) if args.blockwise else (ANSWERS, CHECKS)
+    )
     measure.rss_follows_tensors()  # before any big tensor passes through the heap
     torch.set_num_threads(1)
     with measure.busy_cores(1, max_seconds=7200):
@@ -38,8 +46,8 @@ def main() -> int:
             smoke.set_smoke(mode == "smoke")
             found: dict[tuple[str, str], list[checks.Result]] = {}
             for _ in range(args.runs):
-                for check in CHECKS:
-                    for who, answer in ANSWERS.items():
+                for check in rows:
+                    for who, answer in answers.items():
                         for result in graded(check, answer, points=1):
                             found.setdefault((result.check, who), []).append(result)
             print(f"== lab 06, {mode} mode, {args.runs} runs ({lab.sizes()})")

@@ -238,3 +238,79 @@ def test_check_memory_full_points_for_sdpa_partial_for_chunks_zero_for_the_basel
     assert points["right"] == 3.0, result
     assert points["baseline"] == 0, result
     assert 0 < points["chunked"] < 3, result
+
+
+# Exercise 2, the online softmax by hand: the reference, and what a student might hand in instead.
+
+
+def _naive_as_blockwise(q, k, v, mask=None, block_size=128):
+    return models.naive_attention(q, k, v, mask)
+
+
+def _sdpa_as_blockwise(q, k, v, mask=None, block_size=128):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _softmax_per_block(q, k, v, mask=None, block_size=128):
+    """Each block's own softmax, averaged: no running maximum or rescaling (wrong values)."""
+    outs = []
+    for start in range(0, k.shape[-2], block_size):
+        part = None if mask is None else mask[..., start : start + block_size]
+        kb, vb = k[..., start : start + block_size, :], v[..., start : start + block_size, :]
+        outs.append(torch.nan_to_num(models.naive_attention(q, kb, vb, part)))
+    return torch.stack(outs).mean(dim=0)
+
+
+def test_check_blockwise_passes_the_reference_and_fails_the_shortcuts(graded, capsys):
+    assert attention.check_blockwise(attention.reference_blockwise, points=3) == 3.0
+    assert "all 6 cases" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed, match="quarter or more of the"):
+        attention.check_blockwise(_naive_as_blockwise, points=3)
+    with pytest.raises(checks.CheckFailed, match="write the loop yourself"):
+        attention.check_blockwise(_sdpa_as_blockwise, points=3)
+    with pytest.raises(checks.CheckFailed, match="max abs error"):
+        attention.check_blockwise(_softmax_per_block, points=3)
+
+
+def test_blockwise_reference_is_exact_where_a_block_starts_fully_masked():
+    """Rows whose first keys are all padding (m still -inf): no NaN, the reference's values."""
+    problem = attention.Problem(1, 1, 40, 8)
+    q, k, v = attention.qkv(problem, generator=torch.Generator().manual_seed(0))
+    mask = torch.zeros(1, 1, 1, 40, dtype=torch.bool)
+    mask[..., 25:] = True  # only keys 25..39 may be attended: blocks 0-2 of 8 are all masked
+    out = attention.reference_blockwise(q, k, v, mask, block_size=8)
+    assert torch.allclose(out, attention.reference(q, k, v, mask), atol=1e-5, rtol=1e-4)
+
+
+BLOCKWISE_MEMORY_PROBE = """
+import json
+import os
+
+import torch
+
+os.environ["PTCOURSE_SMOKE"] = "1"
+os.environ["PTCOURSE_SECRET_SEED"] = "1234"
+from ptcourse.core import measure
+from ptcourse.grading import checks
+from ptcourse.labs import lab06_attention as attention
+
+pinned = measure.rss_follows_tensors()
+torch.set_num_threads(1)
+
+
+def points(answer):
+    try:
+        return attention.check_blockwise_memory(answer, points=3)
+    except checks.CheckFailed:
+        return checks.RESULTS[-1].points
+
+
+answers = {"right": attention.reference_blockwise, "baseline": attention.baseline_attention}
+result = {name: points(fn) for name, fn in answers.items()}
+print(json.dumps({"pinned": pinned, "points": result, "ratios": [r.value for r in checks.RESULTS]}))
+"""
+
+
+def test_check_blockwise_memory_full_points_for_the_reference_zero_for_the_baseline():
+    result = run_pinned(BLOCKWISE_MEMORY_PROBE)
+    assert result["points"] == {"right": 3.0, "baseline": 0}, result
