@@ -77,7 +77,7 @@ def jupyter_lab(tmp_path: Path) -> Iterator[str]:
         "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
         "--LabApp.expose_app_in_browser=True",
     ]  # fmt: skip
-    log = open(tmp_path / "jupyter.log", "wb")
+    log = open(tmp_path / "jupyter.log", "wb")  # noqa: SIM115 — closed in the finally below
     server = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -77,7 +77,8 @@ def test_every_written_question_has_a_model_answer_and_a_rubric(lab):
 @pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
 def test_the_top_cell_states_the_time_and_explains_smoke_mode(lab):
     top = "".join(cells(paths.notebook(lab))[0]["source"])
-    assert "**Smoke mode.**" in top and "PTCOURSE_SMOKE=1" in top
+    assert top.count("**Smoke mode.**") == 1, "the smoke paragraph, once"
+    assert "PTCOURSE_SMOKE=1" in top
     assert "minutes" in top, "an honest time to work through the lab"
 
 

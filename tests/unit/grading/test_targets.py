@@ -30,8 +30,11 @@ def test_row_leaves_room_for_partial_credit(row):
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r.lab}-{r.check}-{r.track}")
 def test_row_cites_only_files_in_this_repository(row):
-    if row.script:
-        assert (ROOT / row.script).is_file(), f"{row.script} does not exist"
+    if row.script:  # a command: the script's path, then options it must accept
+        path, *options = row.script.split()
+        assert (ROOT / path).is_file(), f"{path} does not exist"
+        for option in options:
+            assert option in (ROOT / path).read_text(), f"{path} has no option {option}"
     text = " ".join((row.reference, row.baseline, row.measured_on))
     for word in ("FACTS.md", "/work/notes", "authoring task", "the seed"):
         assert word not in text, f"{row.lab} {row.check}: cites {word!r}, not in this repository"

@@ -1,17 +1,11 @@
-import sys
-from pathlib import Path
-
 import pytest
+from judged import readable
 
-from ptcourse.course.paths import BUILD, ROOT
+from ptcourse.course.paths import BUILD
 from ptcourse.judge import sandbox
 from ptcourse.judge.remote import WorkerProcess
 
 NO_SANDBOX = sandbox.unavailable()
-
-
-def readable() -> list[Path]:
-    return [ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
 
 
 @pytest.fixture
@@ -41,16 +35,3 @@ def make_worker(tmp_path):
     yield start
     for worker in started:
         worker.kill()
-
-
-def run(worker, source: str, timeout: float = 60) -> list[dict]:
-    """A cell's outputs."""
-    return worker.request("cell", source, 0, timeout=timeout)["outputs"]
-
-
-def printed(outputs: list[dict]) -> str:
-    return "".join(o.get("text", "") for o in outputs if o["output_type"] == "stream")
-
-
-def error(outputs: list[dict]) -> str:
-    return "".join(f"{o['ename']}: {o['evalue']}" for o in outputs if o["output_type"] == "error")

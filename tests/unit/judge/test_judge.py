@@ -168,7 +168,7 @@ def test_a_check_that_ends_the_worker_costs_no_later_cell(make_worker):
 def test_the_worker_sees_the_cpu_the_judge_sees(tmp_path, monkeypatch):
     """ATEN_CPU_CAPABILITY and friends reach the worker: otherwise a candidate would run other
     kernels than the baseline and reference timed beside it."""
-    from conftest import readable
+    from judged import readable
 
     from ptcourse.judge.judge import judge_notebook
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from conftest import run
+from judged import run
 
 from ptcourse.judge.remote import Remote, WorkerError, WorkerGone, cpu_seconds
 

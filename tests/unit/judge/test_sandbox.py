@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import error, printed, readable, run
+from judged import error, printed, readable, run
 
 from ptcourse.course.paths import BUILD, ROOT
 from ptcourse.judge.remote import process_tree
