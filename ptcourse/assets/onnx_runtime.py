@@ -136,3 +136,26 @@ def run(sess: Any, *inputs: torch.Tensor) -> torch.Tensor:
 def input_names(sess: Any) -> Sequence[str]:
     """The model's input names, in order."""
     return [i.name for i in sess.get_inputs()]
+
+
+def settings(sess: Any) -> dict[str, Any]:
+    """What ``sess`` runs with, read back from ONNX Runtime: intra- and inter-op threads (0 means
+    one per core), whether each pool's threads spin (ORT's default) or sleep, the graph
+    optimization level and the providers in order of preference."""
+    opts = sess.get_session_options()
+
+    def spins(pool: str) -> bool:
+        try:
+            return opts.get_session_config_entry(f"session.{pool}.allow_spinning") != "0"
+        except Exception:  # never set: ORT's default, spinning on
+            return True
+
+    level = str(opts.graph_optimization_level).rsplit(".", 1)[-1]  # e.g. ORT_ENABLE_ALL
+    return {
+        "intra_op_threads": opts.intra_op_num_threads,
+        "inter_op_threads": opts.inter_op_num_threads,
+        "intra_op_spinning": spins("intra_op"),
+        "inter_op_spinning": spins("inter_op"),
+        "optimization": level,
+        "providers": list(sess.get_providers()),
+    }

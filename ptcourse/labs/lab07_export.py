@@ -205,7 +205,7 @@ def exported_outputs(
 
 # The checks the judge runs outside the student's process: the ONNX model crosses as bytes
 # (loaded by the judge's own ONNX Runtime session); runners and modules are called in the worker.
-JUDGED = ("export", "speed", "median", "branch")
+JUDGED = ("export", "session", "speed", "median", "branch")
 VOUCHED = {"test_export_visible": "export"}
 
 
@@ -228,6 +228,53 @@ def check_export(
         what = f"ONNX Runtime at batch {batch}"
         checks.check_close(got, want, atol=ORT_TOLERANCE, rtol=ORT_TOLERANCE, what=what)
     print(f"ONNX Runtime agrees with eager at batch sizes {list(batches)}")
+    return float(points)
+
+
+# What a fair comparison with one-thread eager PyTorch asks of the student's session: setting ->
+# (the value it must have, why).
+FAIR_SESSION: dict[str, tuple[Any, str]] = {
+    "intra_op_threads": (1, "one thread inside each operator, like torch.set_num_threads(1)"),
+    "intra_op_spinning": (False, "intra-op threads must sleep between runs, not spin"),
+    "inter_op_spinning": (False, "inter-op threads must sleep between runs, not spin"),
+    "optimization": ("ORT_ENABLE_ALL", "every graph rewrite (BatchNorm folding, fusions)"),
+}
+
+
+def unfair_settings(settings: dict[str, Any]) -> list[str]:
+    """What in ``settings`` (:func:`ptcourse.assets.onnx_runtime.settings`) breaks a fair
+    one-thread CPU comparison with eager PyTorch, one sentence each ([] when nothing does)."""
+    broken = [
+        f"{name} is {settings[name]!r}, expected {want!r}: {why}"
+        for name, (want, why) in FAIR_SESSION.items()
+        if settings[name] != want
+    ]
+    if settings["providers"][:1] != ["CPUExecutionProvider"]:
+        broken.append(f"providers {settings['providers']}: the graded timing is a CPU comparison")
+    return broken
+
+
+def session_settings(ort_session: Callable[[Any], Any], onnx_model: Any) -> dict[str, Any]:
+    """The settings of the session ``ort_session(onnx_model)`` builds, as ONNX Runtime reports
+    them. In the judge this runs beside the answer: a session cannot leave its process, so what
+    it reports is the worker's word (docs/grading.md, "What is not defended")."""
+    with captured_stderr():
+        session = ort_session(onnx_model)
+    if not hasattr(session, "get_session_options"):
+        name = type(session).__name__
+        raise checks.CheckFailed(f"ort_session returned a {name}, not an ort.InferenceSession")
+    return onnx_runtime.settings(session)
+
+
+def check_session(ort_session: Callable[[Any], Any], onnx_model: Any, *, points: float) -> float:
+    """The session the student builds runs with the settings of a fair comparison (all or
+    nothing): :data:`FAIR_SESSION` and the CPU provider first."""
+    settings = checks.beside(ort_session, session_settings, onnx_model)
+    broken = unfair_settings(settings)
+    if broken:
+        raise checks.CheckFailed("your session: " + "; ".join(broken))
+    print(f"your session: {settings['intra_op_threads']} intra-op thread, no spinning, "
+          f"{settings['optimization']}, providers {settings['providers']}")  # fmt: skip
     return float(points)
 
 

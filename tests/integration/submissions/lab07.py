@@ -1,9 +1,10 @@
 """Lab 07 (export): a baseline-equivalent submission.
 
 "baseline" pastes eager PyTorch into the export exercise: ``export_onnx`` hands back the module
-itself and ``ort_runner`` returns a function that calls it. Its outputs are right (so it keeps
-the hidden correctness test) but it must score 0 on the ONNX Runtime latency check; it also
-fails the visible quick test, which asks for a real ``onnx.ModelProto``.
+itself, ``ort_session`` too (there is no session to set up) and ``ort_runner`` returns a
+function that calls it. Its outputs are right (so it keeps the hidden correctness test) but it
+must score 0 on the ONNX Runtime latency check and on the session's settings; it also fails the
+visible quick test, which asks for a real ``onnx.ModelProto``.
 No looper: the export exercise feeds three later cells, so a looping one would time out in each.
 """
 
@@ -13,8 +14,13 @@ def export_onnx(model, example):
     return model
 
 
+def ort_session(onnx_model):
+    """An ONNX Runtime session of ``onnx_model``, set up for a fair one-thread CPU comparison."""
+    return onnx_model
+
+
 def ort_runner(onnx_model):
-    """A function x -> logits running ``onnx_model`` in ONNX Runtime (1 thread, no spinning)."""
+    """A function x -> logits running ``onnx_model`` in a session from ``ort_session``."""
 
     def run(x):
         with torch.inference_mode():
@@ -27,6 +33,6 @@ VARIANT = {
     "students": {
         "baseline": {"export_exercise": EAGER},
     },
-    "speed_checks": ["test_speed_hidden"],
+    "speed_checks": ["test_speed_hidden", "test_session"],
     "loop_checks": [],
 }

@@ -179,6 +179,54 @@ def test_check_export(smoke, classifier_onnx, other_onnx, capsys):
     assert export.check_export(_eager_runner, export.inspection_classifier(seed=0), points=3) == 3
 
 
+def _session_with(threads=1, spin="0", level="ORT_ENABLE_ALL", providers=("CPUExecutionProvider",)):
+    """An ort_session answer: the solution's settings, one of them changed by the caller."""
+    import onnxruntime as ort
+
+    def ort_session(onnx_model):
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        if spin is not None:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
+            opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        opts.log_severity_level = 3
+        return ort.InferenceSession(
+            onnx_model.SerializeToString(), sess_options=opts, providers=list(providers)
+        )
+
+    return ort_session
+
+
+def test_settings_reads_back_what_the_session_runs_with(classifier_onnx):
+    fair = onnx_runtime.settings(onnx_runtime.session(classifier_onnx, threads=1))
+    assert fair["intra_op_threads"] == 1 and not fair["intra_op_spinning"]
+    assert fair["optimization"] == "ORT_ENABLE_ALL"
+    assert fair["providers"] == ["CPUExecutionProvider"]
+    with captured_stderr():
+        default = onnx_runtime.settings(_session_with(threads=0, spin=None)(classifier_onnx))
+    assert default["intra_op_threads"] == 0 and default["intra_op_spinning"]
+
+
+def test_check_session_passes_a_fair_session_and_names_each_unfair_setting(
+    smoke, classifier_onnx, capsys
+):
+    assert export.check_session(_session_with(), classifier_onnx, points=2) == 2.0
+    assert "1 intra-op thread" in capsys.readouterr().out
+    unfair = {
+        "intra_op_threads is 0": _session_with(threads=0),  # one thread per core
+        "intra_op_threads is 2": _session_with(threads=2),
+        "intra_op_spinning is True": _session_with(spin=None),  # ORT's default
+        "optimization is 'ORT_ENABLE_BASIC'": _session_with(level="ORT_ENABLE_BASIC"),
+    }
+    for message, answer in unfair.items():
+        with pytest.raises(checks.CheckFailed, match=message):
+            export.check_session(answer, classifier_onnx, points=2)
+    # baseline-equivalent: no session at all (eager PyTorch pasted in)
+    with pytest.raises(checks.CheckFailed, match="not an ort.InferenceSession"):
+        export.check_session(lambda model: model, export.inspection_classifier(0), points=2)
+
+
 def test_check_speed(smoke, classifier_onnx, other_onnx, capsys):
     with measure.pinned_threads(1):
         assert export.check_speed(_ort_runner, classifier_onnx, points=3) == 3.0
