@@ -371,8 +371,9 @@ def target_here(row: Target, reference: float | None = None, yours: float | None
     head = f"[lab {row.lab} · {row.check}] the hidden check asks {row.kind} {relation} "
     if reference is not None and reference <= row.floor:
         return (
-            f"{head}— speed is not gradable here: the reference solution measured "
-            f"{reference:.2f}x, not clear of the floor {row.floor:g}x"
+            f"[lab {row.lab} · {row.check}] the hidden check asks no {row.kind} here: the "
+            f"reference solution measured {reference:.2f}x, not clear of the floor {row.floor:g}x, "
+            "so speed is not gradable here and its points grade the technique instead"
         )
     if reference is None:
         goal = row.target

@@ -544,19 +544,6 @@ def stage_bars(timings: dict[str, LotTiming], ax: Any) -> None:
     ax.legend(loc="lower right")
 
 
-def speed_target_here(reference: measure.Speedup) -> str:
-    """The speed check's full-credit ratio on this machine, given the instructors' line's."""
-    row = targets.pick(TARGETS, "lot_speedup", "cpu")
-    here = checks.full_credit_at(row.target, row.floor, reference.ratio)
-    share = row.floor + checks.REFERENCE_SHARE * (reference.ratio - row.floor)
-    return (
-        f"the lot speed check here: full credit from {here:.1f}x, the lowest of the target "
-        f"{row.target:g}x, {share:.1f}x ({row.floor:g}x + {checks.REFERENCE_SHARE:.0%} of the "
-        f"instructors' gain above it) and {checks.NOISE_SHARE * reference.ratio:.1f}x "
-        f"({checks.NOISE_SHARE:.0%} of their {reference.ratio:.1f}x); zero at {row.floor:g}x"
-    )
-
-
 def steps_table(speedups: dict[str, measure.Speedup]) -> str:
     """The lines' speedups as the table an engineering report quotes."""
     first = next(iter(speedups.values()))

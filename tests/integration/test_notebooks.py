@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import nbformat
 import pytest
 from labs_under_test import selected_labs
 
@@ -43,3 +44,25 @@ def test_solution_meets_every_target(lab, report):
     assert results, "the lab recorded no graded measurement"
     missed = [r["message"] for r in results if r["points"] < r["max_points"]]
     assert not missed, "\n".join(missed)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_every_measured_target_is_shown_before_its_hidden_check(lab, report):
+    """Each measured check the hidden tests graded (not the pass/fail ``score`` rows) had its
+    target printed first by a visible cell or the visible part of its test cell
+    (``checks.target_here``), with the value that applies on this machine: a student never
+    meets a graded number only in the grade."""
+    run = report[lab.name]
+    printed = "".join(
+        output.text
+        for cell in nbformat.read(run["output"], as_version=4).cells
+        for output in cell.get("outputs", [])
+        if output.output_type == "stream"
+    )
+    for result in run["results"]:
+        if result["kind"] == "score":
+            continue
+        where = f"[lab {result['lab']} · {result['check']}]"
+        shown = printed.find(f"{where} the hidden check asks")
+        assert shown >= 0, f"{result['check']}: no visible cell printed its target"
+        assert shown < printed.find(f"{where} {result['kind']}"), f"{result['check']}: shown late"
