@@ -58,3 +58,19 @@ def test_post_build_installs_the_course_with_the_pins_and_builds_the_smoke_data(
 def test_start_runs_the_labs_at_smoke_size_unless_told_otherwise(binder_venv):
     probe = ["python", "-c", "from ptcourse.core.smoke import is_smoke; print(is_smoke())"]
     assert run_in(binder_venv, "bash", str(BINDER / "start"), *probe).stdout.strip() == "True"
+
+
+def test_the_readme_badge_opens_lab_00_of_this_repository():
+    """The Binder badge launches the repository pyproject.toml names, at Lab 00's notebook."""
+    from urllib.parse import parse_qs, unquote, urlparse
+
+    readme = (paths.ROOT / "README.md").read_text()
+    link = re.search(r"\(https://mybinder\.org/v2/gh/([^)]+)\)", readme)
+    assert link, "no Binder badge in the README"
+    url = urlparse("https://mybinder.org/v2/gh/" + link.group(1))
+    owner, name = url.path.split("/")[3:5]
+    repository = re.search(r'Repository = "([^"]+)"', (paths.ROOT / "pyproject.toml").read_text())
+    assert repository and repository.group(1) == f"https://github.com/{owner}/{name}"
+    target = unquote(parse_qs(url.query)["labpath"][0])
+    assert target == "labs/00-measuring-right/00-measuring-right.ipynb"
+    assert (paths.ROOT / target).is_file()
