@@ -24,7 +24,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -138,9 +138,27 @@ def autograde(
         return score
 
     with ThreadPoolExecutor(max_workers=len(plan)) as pool:
-        scores = list(pool.map(grade, jobs))
+        futures = [pool.submit(grade, job) for job in jobs]
+        _report_progress(futures)
+        scores = [future.result() for future in futures]
     _feedback(scores, private_release)
     return scores
+
+
+def _report_progress(futures: list[Future[Score]]) -> None:
+    """One line per graded submission as it finishes (a class takes hours), under a progress bar
+    where stderr is a terminal."""
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=len(futures), desc="graded", unit="submission", disable=not sys.stderr.isatty()
+    )
+    for done, future in enumerate(as_completed(futures), start=1):
+        s = future.result()
+        points = f"{s.auto_score:g}/{s.auto_max:g}" if s.status == "graded" else s.status
+        bar.write(f"[{done}/{len(futures)}] {s.student}/{s.lab}: {points} in {s.seconds:.0f} s")
+        bar.update()
+    bar.close()
 
 
 def _feedback(scores: list[Score], release_dir: Path) -> None:
