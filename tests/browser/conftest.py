@@ -71,7 +71,15 @@ def jupyter_lab(tmp_path: Path) -> Iterator[str]:
     shutil.copytree(ROOT / "labs", labs)
     port, token = free_port(), secrets.token_hex(16)
     jupyter = Path(sys.executable).parent / "jupyter"
-    env = {**os.environ, "PTCOURSE_SMOKE": "1", "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)  # no "get notified about Jupyter news?" toast over the shots
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    env = {
+        **os.environ,
+        "PTCOURSE_SMOKE": "1",
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+    }
     command = [
         str(jupyter), "lab", str(labs), "--no-browser", "--allow-root", f"--port={port}",
         "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
