@@ -75,20 +75,27 @@ def _share_of_peak(run: LabRun, ceilings: measure.Ceilings | None) -> str:
     if not run.attained or ceilings is None:
         return ""
     ridge = ceilings.fp32_flops / ceilings.copy_bytes_per_s
-    rows = []
+    rows, above = [], False
     for p in run.attained:
         compute = p["intensity"] >= ridge
         roof = ceilings.fp32_flops if compute else ceilings.copy_bytes_per_s * p["intensity"]
         bound = "compute (fp32 matmul peak)" if compute else "memory (copy bandwidth)"
+        above |= p["flops_per_s"] > roof
         rows.append(
             f"<tr><td>{html.escape(p['workload'])}</td><td>{p['intensity']:.3g}</td>"
             f"<td>{p['flops_per_s'] / 1e9:.3g}</td><td>{bound}</td>"
             f"<td>{p['flops_per_s'] / roof:.0%}</td></tr>"
         )
+    note = (
+        "<p>A share above 100%: the lab's own run measured more than this report's ceiling run "
+        "(the ceilings are measured once, after the labs, under whatever else ran then).</p>"
+        if above
+        else ""
+    )
     return (
         f"<p>Its roofline points against this report's ceilings (ridge {ridge:.3g} FLOP/byte):</p>"
         "<table><tr><th>workload</th><th>FLOP/byte</th><th>GFLOP/s</th><th>bound here</th>"
-        f"<th>share of that bound</th></tr>{''.join(rows)}</table>"
+        f"<th>share of that bound</th></tr>{''.join(rows)}</table>{note}"
     )
 
 
