@@ -12,10 +12,10 @@ only cost that submission, never the grading run.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
-import queue
 import shutil
 import subprocess
 import sys
@@ -23,13 +23,13 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ptcourse.assets.datasets import data_root
 from ptcourse.core.lineup import Lab
+from ptcourse.course import lanes as lanes_of
 from ptcourse.course.paths import BUILD, NBGRADER_DB, ROOT, course_labs
 from ptcourse.course.release import nbgrader_api, release
 
@@ -92,13 +92,6 @@ def _scores_from_gradebook(the_lab: Lab, student: str) -> Score:
         )
 
 
-def core_plan(cores: list[int], lanes: int) -> list[list[int]]:
-    """Split ``cores`` into ``lanes`` disjoint groups, one per lane (each at least one core)."""
-    lanes = max(1, min(lanes, len(cores)))
-    share = len(cores) // lanes
-    return [cores[i * share : (i + 1) * share] for i in range(lanes)]
-
-
 def autograde(
     submissions: Path,
     keys: list[str] | tuple[str, ...] = (),
@@ -109,56 +102,50 @@ def autograde(
     """Autograde ``submissions/<student>/<lab>/<lab>.ipynb`` for each lab and student.
 
     ``lanes`` > 1 judges that many submissions at once, each lane's judge and worker pinned to
-    its own cores (:func:`core_plan`); nbgrader's bookkeeping steps take turns. With ``remote``
-    (a cluster's judge, :func:`ptcourse.course.cluster.dask_judge`) the judge steps run there,
-    ``lanes`` at once, and the books stay here, in the one gradebook.
+    its own cores (:mod:`ptcourse.course.lanes`); nbgrader's bookkeeping steps take turns. With
+    ``remote`` (a cluster's judge, :func:`ptcourse.course.cluster.dask_judge`) the judge steps
+    run there, ``lanes`` at once, and the books stay here, in the one gradebook.
     """
     submissions = submissions.resolve()
     students = sorted(p.name for p in submissions.iterdir() if p.is_dir())
     private_release = BUILD / "nbgrader" / "release"
     release(keys, release_dir=private_release)  # registers each lab in the gradebook
     jobs = [(each, student) for each in course_labs(keys) for student in students]
-    plan = core_plan(sorted(os.sched_getaffinity(0)), lanes) if remote is None else [[]] * lanes
-    free: queue.Queue[list[int]] = queue.Queue()
-    for cores in plan:
-        free.put(cores)
+    plan = lanes_of.this_machine(lanes) if remote is None else [[]] * lanes
 
-    def grade(job: tuple[Lab, str]) -> Score:
+    def grade(job: tuple[Lab, str], cores: list[int]) -> Score:
         each, student = job
         if not (submissions / student / each.name / f"{each.name}.ipynb").exists():
             return Score(student, each.name, "missing")
-        cores = free.get()
         start = time.perf_counter()
-        try:
-            pinned = cores if lanes > 1 and remote is None else None
-            score = _autograde_one(each, student, submissions, timeout_s, pinned, remote)
-        finally:
-            free.put(cores)
+        pinned = cores if lanes > 1 and remote is None else None
+        score = _autograde_one(each, student, submissions, timeout_s, pinned, remote)
         score.seconds = round(time.perf_counter() - start, 1)
         return score
 
-    with ThreadPoolExecutor(max_workers=len(plan)) as pool:
-        futures = [pool.submit(grade, job) for job in jobs]
-        _report_progress(futures)
-        scores = [future.result() for future in futures]
+    with _progress(len(jobs)) as done:
+        scores = lanes_of.run_in_lanes(jobs, grade, plan, done)
     _feedback(scores, private_release)
     return scores
 
 
-def _report_progress(futures: list[Future[Score]]) -> None:
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Callable[[Score, int, int], None]]:
     """One line per graded submission as it finishes (a class takes hours), under a progress bar
     where stderr is a terminal."""
     from tqdm import tqdm
 
-    bar = tqdm(
-        total=len(futures), desc="graded", unit="submission", disable=not sys.stderr.isatty()
-    )
-    for done, future in enumerate(as_completed(futures), start=1):
-        s = future.result()
+    bar = tqdm(total=total, desc="graded", unit="submission", disable=not sys.stderr.isatty())
+
+    def done(s: Score, count: int, total: int) -> None:
         points = f"{s.auto_score:g}/{s.auto_max:g}" if s.status == "graded" else s.status
-        bar.write(f"[{done}/{len(futures)}] {s.student}/{s.lab}: {points} in {s.seconds:.0f} s")
+        bar.write(f"[{count}/{total}] {s.student}/{s.lab}: {points} in {s.seconds:.0f} s")
         bar.update()
-    bar.close()
+
+    try:
+        yield done
+    finally:
+        bar.close()
 
 
 def _feedback(scores: list[Score], release_dir: Path) -> None:
@@ -239,9 +226,7 @@ def _judge(
     )
     command = [sys.executable, "-m", "ptcourse.judge.judge", the_lab.number, str(canonical)]
     command += [str(submission), str(scratch), str(out), hidden, readable]
-    if cores:
-        command = ["taskset", "--cpu-list", ",".join(map(str, cores)), *command]
-    return _run(command, timeout_s)
+    return _run(lanes_of.pinned(command, cores), timeout_s)
 
 
 def write_grades_csv(scores: list[Score], path: Path) -> Path:

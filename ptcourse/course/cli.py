@@ -50,24 +50,32 @@ def _run(args: argparse.Namespace) -> int:
 
     size = args.smoke or smoke.is_smoke()
     folder = "labs" if args.labs_version else "solutions"
-    runs = []
     labs = paths.course_labs(args.labs)
     mode = "smoke sizes" if size else "full sizes"
-    for number, each in enumerate(
-        tqdm(labs, desc="labs", unit="lab", disable=not sys.stderr.isatty())
-    ):
-        tqdm.write(f"running {each.name} ({number + 1}/{len(labs)}, {folder}, {mode}) …")
-        run = execute.execute(each, smoke=size, folder=folder)
+    bar = tqdm(total=len(labs), desc="labs", unit="lab", disable=not sys.stderr.isatty())
+
+    def done(run: execute.LabRun, count: int, total: int) -> None:
         verdict = "ok" if run.ok else f"FAILED ({run.error})"
         met = sum(r["points"] >= r["max_points"] for r in run.results)
-        print(
+        bar.write(
             f"{run.lab:<24} {run.track:<10} {run.seconds:6.1f} s  "
-            f"{met}/{len(run.results)} targets met  {verdict}"
+            f"{met}/{len(run.results)} targets met  {verdict}  [{count}/{total}]"
         )
-        runs.append(run)
+        bar.update()
+
+    if args.lanes > 1:
+        bar.write(f"running {len(labs)} labs ({folder}, {mode}) in {args.lanes} lanes …")
+        runs = execute.execute_in_lanes(labs, size, folder, args.lanes, done)
+    else:
+        runs = []
+        for each in labs:
+            bar.write(f"running {each.name} ({len(runs) + 1}/{len(labs)}, {folder}, {mode}) …")
+            runs.append(execute.execute(each, smoke=size, folder=folder))
+            done(runs[-1], len(runs), len(labs))
+    bar.close()
     from ptcourse.core import measure
 
-    tqdm.write("measuring this machine's ceilings for the report card …")
+    print("measuring this machine's ceilings for the report card …")
     ceilings = measure.ceilings(threads=1)
     json_path, html_path = report.write(runs, paths.BUILD / "report", size, ceilings)
     print(f"report card: {html_path} (and {json_path.name})")
@@ -148,6 +156,12 @@ def parser() -> argparse.ArgumentParser:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--solutions", action="store_true", help="run solutions/ (default)")
     which.add_argument("--labs", dest="labs_version", action="store_true", help="run labs/")
+    p.add_argument(
+        "--lanes",
+        type=int,
+        default=1,
+        help="notebooks run at once, each on its own cores (1; at most one per core)",
+    )
     p.set_defaults(func=_run)
 
     p = sub.add_parser("grade", help="autograde SUBMISSIONS/<student>/<lab>/<lab>.ipynb")

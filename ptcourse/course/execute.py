@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ptcourse.core import attained, hardware
 from ptcourse.core.lineup import Lab
+from ptcourse.course import lanes as lanes_of
 from ptcourse.course.paths import BUILD, notebook
 from ptcourse.grading import checks
 
@@ -87,3 +91,43 @@ def execute(the_lab: Lab, smoke: bool, folder: str = "solutions") -> LabRun:
         results=_read_results(results),
         attained=attained.read(points),
     )
+
+
+def execute_in_lanes(
+    labs: list[Lab],
+    smoke: bool,
+    folder: str,
+    lanes: int,
+    done: Callable[[LabRun, int, int], None] = lambda run, count, total: None,
+) -> list[LabRun]:
+    """:func:`execute` for every lab, ``lanes`` notebooks at once, each in a child process
+    pinned to its lane's cores (its kernel inherits them); ``done`` as each finishes."""
+
+    def in_lane(the_lab: Lab, cores: list[int]) -> LabRun:
+        with tempfile.TemporaryDirectory() as folder_out:
+            out = Path(folder_out) / "run.json"
+            command = [sys.executable, "-m", "ptcourse.course.execute", the_lab.number, folder]
+            command += ["--smoke"] * smoke + [str(out)]
+            child = subprocess.run(
+                lanes_of.pinned(command, cores), capture_output=True, text=True, errors="replace"
+            )
+            if not out.exists():
+                raise RuntimeError(f"{the_lab.name}: {child.stderr[-2000:]}")
+            return LabRun(**json.loads(out.read_text()))
+
+    return lanes_of.run_in_lanes(labs, in_lane, lanes_of.this_machine(lanes), done)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m ptcourse.course.execute LAB FOLDER [--smoke] OUT``: one lab's run (a lane of
+    :func:`execute_in_lanes`), its :class:`LabRun` written to OUT as JSON."""
+    from ptcourse.core.lineup import lab
+
+    args = argv if argv is not None else sys.argv[1:]
+    smoke = "--smoke" in args
+    key, folder, out = [a for a in args if a != "--smoke"]
+    Path(out).write_text(json.dumps(asdict(execute(lab(key), smoke=smoke, folder=folder))))
+
+
+if __name__ == "__main__":
+    main()

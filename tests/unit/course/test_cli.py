@@ -43,7 +43,7 @@ def test_grade_rejects_missing_folder(tmp_path):
 
 
 def test_lanes_get_disjoint_cores():
-    from ptcourse.course.autograde import core_plan
+    from ptcourse.course.lanes import core_plan
 
     assert core_plan(list(range(8)), 4) == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert core_plan([0, 1], 2) == [[0], [1]]
