@@ -2,6 +2,7 @@
 lab it names, "lab 04, section 2"), exercise headings are numbered in the order they come, and
 every repository file a notebook cites exists."""
 
+import importlib
 import json
 import re
 
@@ -58,3 +59,60 @@ def test_cited_files_exist(lab):
     private = [f"cell {i}" for i, text in sources(lab.number) if SHARED_NOTES.search(text)]
     assert not missing, missing
     assert not private, f"notes outside the repository cited in {private}"
+
+
+MODULE_CITED = re.compile(r"\bptcourse(?:\.[A-Za-z_]\w*)+")
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``dotted`` names a module of the package, or something in one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_cited_package_names_exist(lab):
+    """`ptcourse.x.y` in a notebook's text or code names a real module or attribute."""
+    missing = [
+        f"cell {i}: {name}"
+        for i, text in sources(lab.number)
+        for name in MODULE_CITED.findall(text)
+        if not resolves(name)
+    ]
+    assert not missing, missing
+
+
+IMPORTED = re.compile(r"^from (ptcourse[\w.]*) import (\w+)(?: as (\w+))?", re.MULTILINE)
+IN_BACKTICKS = re.compile(r"`([^`]+)`")
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_names_the_text_gives_through_the_notebooks_imports_exist(lab):
+    """`export.MedianNorm` in the text, where the notebook imported ptcourse.labs.lab07_export as
+    export, is a real attribute: a student types what the text says."""
+    cells = sources(lab.number)
+    aliases = {
+        alias or name: f"{module}.{name}"
+        for _, text in cells
+        for module, name, alias in IMPORTED.findall(text)
+    }
+    nb = json.loads(paths.notebook(lab).read_text())
+    missing = []
+    for i, text in cells:
+        if nb["cells"][i]["cell_type"] != "markdown":
+            continue
+        for quoted in IN_BACKTICKS.findall(text):
+            for alias, attribute in re.findall(r"(?<![\w.])([A-Za-z_]\w*)\.([A-Za-z_]\w*)", quoted):
+                if alias in aliases and not resolves(f"{aliases[alias]}.{attribute}"):
+                    missing.append(f"cell {i}: {alias}.{attribute}")
+    assert not missing, missing
