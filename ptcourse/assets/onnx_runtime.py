@@ -140,8 +140,9 @@ def input_names(sess: Any) -> Sequence[str]:
 
 def settings(sess: Any) -> dict[str, Any]:
     """What ``sess`` runs with, read back from ONNX Runtime: intra- and inter-op threads (0 means
-    one per core), whether each pool's threads spin (ORT's default) or sleep, the graph
-    optimization level and the providers in order of preference."""
+    one per core), whether independent operators run side by side (parallel execution mode, the
+    only one that uses inter-op threads), whether each pool's threads spin (ORT's default) or
+    sleep, the graph optimization level and the providers in order of preference."""
     opts = sess.get_session_options()
 
     def spins(pool: str) -> bool:
@@ -153,6 +154,7 @@ def settings(sess: Any) -> dict[str, Any]:
     level = str(opts.graph_optimization_level).rsplit(".", 1)[-1]  # e.g. ORT_ENABLE_ALL
     return {
         "intra_op_threads": opts.intra_op_num_threads,
+        "parallel_operators": str(opts.execution_mode).endswith("ORT_PARALLEL"),
         "inter_op_threads": opts.inter_op_num_threads,
         "intra_op_spinning": spins("intra_op"),
         "inter_op_spinning": spins("inter_op"),

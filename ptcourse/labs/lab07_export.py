@@ -249,8 +249,16 @@ def unfair_settings(settings: dict[str, Any]) -> list[str]:
         for name, (want, why) in FAIR_SESSION.items()
         if settings[name] != want
     ]
-    if settings["providers"][:1] != ["CPUExecutionProvider"]:
-        broken.append(f"providers {settings['providers']}: the graded timing is a CPU comparison")
+    if settings["parallel_operators"] and settings["inter_op_threads"] != 1:
+        broken.append(
+            f"parallel execution with inter_op_threads {settings['inter_op_threads']!r}: "
+            "operators side by side on several threads (sequential mode, or 1 inter-op thread)"
+        )
+    if settings["providers"] != ["CPUExecutionProvider"]:
+        broken.append(
+            f"providers {settings['providers']}: the graded timing is a CPU comparison, "
+            'so the session runs on providers=["CPUExecutionProvider"] only'
+        )
     return broken
 
 

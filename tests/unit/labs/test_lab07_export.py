@@ -179,7 +179,13 @@ def test_check_export(smoke, classifier_onnx, other_onnx, capsys):
     assert export.check_export(_eager_runner, export.inspection_classifier(seed=0), points=3) == 3
 
 
-def _session_with(threads=1, spin="0", level="ORT_ENABLE_ALL", providers=("CPUExecutionProvider",)):
+def _session_with(
+    threads=1,
+    spin="0",
+    level="ORT_ENABLE_ALL",
+    providers=("CPUExecutionProvider",),
+    parallel_threads=None,
+):
     """An ort_session answer: the solution's settings, one of them changed by the caller."""
     import onnxruntime as ort
 
@@ -190,6 +196,9 @@ def _session_with(threads=1, spin="0", level="ORT_ENABLE_ALL", providers=("CPUEx
         if spin is not None:
             opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
             opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        if parallel_threads is not None:
+            opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+            opts.inter_op_num_threads = parallel_threads
         opts.log_severity_level = 3
         return ort.InferenceSession(
             onnx_model.SerializeToString(), sess_options=opts, providers=list(providers)
@@ -218,6 +227,8 @@ def test_check_session_passes_a_fair_session_and_names_each_unfair_setting(
         "intra_op_threads is 2": _session_with(threads=2),
         "intra_op_spinning is True": _session_with(spin=None),  # ORT's default
         "optimization is 'ORT_ENABLE_BASIC'": _session_with(level="ORT_ENABLE_BASIC"),
+        "parallel execution with inter_op_threads 2": _session_with(parallel_threads=2),
+        "providers": _session_with(providers=("AzureExecutionProvider", "CPUExecutionProvider")),
     }
     for message, answer in unfair.items():
         with pytest.raises(checks.CheckFailed, match=message):
