@@ -301,6 +301,20 @@ def full_credit_at(target: float, floor: float, reference: float) -> float:
     return min(target, floor + REFERENCE_SHARE * gain, within_noise)
 
 
+def full_credit_rule(row: Target, reference: float) -> str:
+    """How :func:`full_credit_at` reaches its value where the reference measured ``reference``,
+    with this machine's numbers: what a student reads to check the ratio asked of them."""
+    gain = reference - row.floor
+    share = row.floor + REFERENCE_SHARE * gain
+    noise = max(NOISE_SHARE * reference, row.floor + LEAST_GAIN_SHARE * gain)
+    return (
+        f"the lowest of the target {row.target:g}x, the floor {row.floor:g}x + "
+        f"{REFERENCE_SHARE:.0%} of the reference's gain ({share:.3g}x), and {NOISE_SHARE:.0%} of "
+        f"the reference's ratio but at least the floor + {LEAST_GAIN_SHARE:.0%} of its gain "
+        f"({noise:.3g}x)"
+    )
+
+
 def _grade_decided(row: Target, timed: dict[str, measure.Speedup]) -> bool:
     """Whether more rounds can no longer change the grade: the reference clear of the floor, and
     the candidate's interval wholly above the full-credit ratio the top of the reference's
@@ -351,9 +365,8 @@ def relative_speedup(
     target = full_credit_at(row.target, row.floor, ref.ratio)
     here = Goal(dataclasses.replace(row, target=round(target, 3)), goal.track)
     detail = (
-        f"{cand.summary()}\n  {seen}: full credit at {target:.3g}x = the floor {row.floor:g}x + "
-        f"{REFERENCE_SHARE:.0%} of the reference's gain, or {NOISE_SHARE:.0%} of its ratio where "
-        f"that is lower (at most the target {row.target:g}x measured on {row.measured_on})"
+        f"{cand.summary()}\n  {seen}: full credit at {target:.3g}x, "
+        f"{full_credit_rule(row, ref.ratio)}; the target was measured on {row.measured_on}"
     )
     interval = (cand.ci_low, cand.ci_high)
     return score(here, cand.ratio, points=points, interval=interval, detail=detail, noise=noise)
@@ -382,9 +395,8 @@ def target_here(row: Target, reference: float | None = None, yours: float | None
         goal = full_credit_at(row.target, row.floor, reference)
         line = (
             f"{head}{goal:.3g}{unit} for full credit on this machine (the reference solution "
-            f"measured {reference:.2f}x here; full credit at the floor + {REFERENCE_SHARE:.0%} of "
-            f"its gain, or {NOISE_SHARE:.0%} of its ratio, at most {row.target:g}x), zero credit "
-            f"at {row.floor:g}x"
+            f"measured {reference:.2f}x here; full credit at {full_credit_rule(row, reference)}), "
+            f"zero credit at {row.floor:g}x"
         )
     if yours is None:
         return line
