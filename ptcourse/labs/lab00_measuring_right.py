@@ -51,9 +51,13 @@ LAB = lineup.lab("00")
 SCRIPT = "tools/measure/lab00_measuring_right.py"
 RUNS = f"{SCRIPT}: 5 runs each"
 TARGETS: tuple[Target, ...] = (
-    Target("00", "time_it_compute", "cpu", "relative_error", 0.3, 0.75,
+    Target("00", "time_it_compute", "cpu", "relative_error", 0.5, 0.75,
            f"{RUNS}: median 0, max 0 (full); median 0, max 0.249 (smoke); matmul n in "
-           "[448, 576], 1 thread",
+           "[448, 576], 1 thread. 2026-12-06, --runs 10 --smoke: median 0.0056, max 0.215 (other "
+           "core busy), median 0.079, max 0.178 (and a third busy process); but 0.32 in a "
+           "notebook-tier run and 0.336 in the judge (the looper's unchanged timer) with two "
+           "lanes and two more measurement processes on the 2 cores: the target was 0.3 then. "
+           "No wrong timer lands between 0.5 and the floor (units off: >= 0.999)",
            "naive one-call timer: median 0, max 0.047 (full); median 0.036, max 0.231 (smoke) "
            "(not meant to fail this check)", ZEN4_VM, "2026-12-03", SCRIPT),
     Target("00", "time_it_warmup", "cpu", "relative_error", 0.3, 1.0,
