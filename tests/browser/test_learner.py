@@ -3,13 +3,16 @@ widget pressed, an exercise written and its quick test run, the notebook validat
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import time
 from pathlib import Path
 
 import pytest
 
 from ptcourse.course.paths import ROOT
+from ptcourse.labs import lab01_data_loading as data_loading
 
 pytestmark = pytest.mark.browser
 
@@ -31,16 +34,12 @@ WIDGET_CELL = _index(text="ipywidgets")  # the "Explore" cell: knobs and a Measu
 EXERCISE_CELL, TEST_CELL = _index("build_cache"), _index("test_cache")  # Exercise A, its test
 PANEL = "window.jupyterapp.shell.currentWidget"
 
-# What a learner writes into Exercise A, pasted over the stub
-BUILD_CACHE = '''def build_cache(files):
-    """Decode every (path, label) in files once."""
-    first = loaders.decode(files[0][0])
-    images = torch.empty((len(files), *first.shape), dtype=torch.uint8)
-    for i, (path, _) in enumerate(files):
-        images[i] = loaders.decode(path)
-    labels = torch.tensor([label for _, label in files], dtype=torch.long)
-    return images, labels
-'''
+# What a learner writes into Exercise A, pasted over the stub: the instructors' answer
+BUILD_CACHE = re.sub(
+    r"def reference_build_cache\(.*:\n",
+    "def build_cache(files):\n",
+    inspect.getsource(data_loading.reference_build_cache),
+)
 
 
 def wait_for(page, script: str, seconds: float) -> None:
