@@ -12,6 +12,9 @@ and the graders' checks.
 - :func:`train_and_evaluate` gives the short, seeded training run (on
   :func:`ptcourse.assets.datasets.inspection_tensors`, each image standardised) the accuracy check
   compares.
+- :func:`train_to_plateau` (one :func:`plateau_curve` per seed), :func:`plateau_of`,
+  :func:`plateau_table`, :func:`plot_plateau` and :func:`claim_verdict`: the notebook's test of
+  the note's claim, both classifiers trained to a plateau on several seeds (shown, not graded).
 - ``check_block``, ``check_flops_formula``, ``check_flops_ratio`` and ``check_accuracy``: one per
   hidden test cell. Nothing timing-based is graded (the lab's point: FLOPs do not predict CPU
   time here).
@@ -20,11 +23,14 @@ and the graders' checks.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -32,9 +38,12 @@ from torch.utils._pytree import tree_flatten
 from ptcourse.assets import datasets, models
 from ptcourse.core import lineup, measure
 from ptcourse.core.quiet import captured_stderr
-from ptcourse.core.smoke import pick
+from ptcourse.core.smoke import is_smoke, pick
 from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import CPU_VM, ZEN4_VM, Target
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 LAB = lineup.lab("05")
 BlockFactory = Callable[[int, int, int], nn.Module]  # (c_in, c_out, stride) -> block
@@ -47,8 +56,17 @@ BlockFactory = Callable[[int, int, int], nn.Module]  # (c_in, c_out, stride) -> 
 # for classifier(baseline_block), same seed, minus it. Measured with SCRIPT --runs 3 on the full
 # and the smoke inspection set (secret seeds 0-2); the earlier 10-seed ranges were measured on
 # 2026-12-03 on a 2-core AMD EPYC VM with AVX2 and no AVX-512 (CPU_VM).
+# The accuracy rows grade the short run only (150 steps at a constant learning rate): that the
+# block learns and keeps up with the standard block trained the same way. The note's claim
+# (-0.3% accuracy) is about trained models; the notebook tests it by training both classifiers
+# to a plateau on several seeds (plateau_curve, sizes().plateau), shown and not graded: see
+# SHORT_RUN_ONLY.
 SCRIPT = "tools/measure/lab05_efficient_blocks.py"
 RUNS = f"{SCRIPT}: 3 runs each"
+SHORT_RUN_ONLY = (
+    "graded on the short 150-step run (does the block learn?), not at a plateau; the claim's "
+    "-0.3% is tested, not graded, by the notebook's run to a plateau on 3 seeds. "
+)
 TARGETS: tuple[Target, ...] = (
     Target("05", "flops_ratio", "cpu", "flops_ratio", 8.0, 1.5,
            f"{RUNS}: 8.41x (full and smoke; deterministic: 9*128/(9+128) = 8.41 plus the SE's "
@@ -57,7 +75,8 @@ TARGETS: tuple[Target, ...] = (
            "not the block); its FLOPs ratio would be 1.00x",
            "any machine (FLOP count)", "2026-12-03", SCRIPT),
     Target("05", "accuracy", "cpu", "accuracy", 0.38, 0.34,
-           f"{RUNS}: reference block 0.496-0.579 (full), 0.469-0.641 (smoke); 150 AdamW steps, "
+           f"{SHORT_RUN_ONLY}{RUNS}: reference block 0.496-0.579 (full), 0.469-0.641 (smoke); "
+           "150 AdamW steps, "
            "lr 6e-3, 48x48 images. A 72-seed smoke sweep of check_accuracy's training run "
            "(2026-12-03): lowest 0.391 (seed 38; the target was 0.42 then and that seed cost "
            "the reference 0.56 of 2 points in one autograde), next lowest 0.422. 2026-12-04, "
@@ -73,7 +92,8 @@ TARGETS: tuple[Target, ...] = (
            "output (never trains) 0.250-0.328 (6 runs)",
            ZEN4_VM, "2026-12-03", SCRIPT),
     Target("05", "accuracy_drop", "cpu", "accuracy_drop", 0.32, 0.50,
-           f"{RUNS}: standard minus reference -0.158..+0.229 (full), +0.031..+0.156 (smoke); "
+           f"{SHORT_RUN_ONLY}{RUNS}: standard minus reference -0.158..+0.229 (full), "
+           "+0.031..+0.156 (smoke); "
            "smoke seeds 1000-1121: -0.125..+0.328, median +0.094 (seed 1042 the one above 0.32). "
            "Earlier, 10 seeds: -0.246..+0.100 (full; the standard block fails to train on 1 of "
            "13 full seeds at lr 6e-3), -0.047..+0.188 (smoke); 10 smoke autogrades "
@@ -86,7 +106,7 @@ TARGETS: tuple[Target, ...] = (
 
 @dataclass(frozen=True)
 class TrainSize:
-    """One short training run of the inspection classifier."""
+    """One training run of the inspection classifier."""
 
     image: int
     steps: int
@@ -96,34 +116,64 @@ class TrainSize:
 
 
 @dataclass(frozen=True)
+class PlateauSize:
+    """The notebook's run to a plateau: ``train.steps`` AdamW steps, the learning rate warmed up
+    linearly over ``warmup`` steps and then decayed to zero on a cosine, test accuracy measured
+    every ``every`` steps, once per seed of ``seeds`` for each block."""
+
+    train: TrainSize
+    seeds: tuple[int, ...]
+    every: int
+    warmup: int
+
+
+@dataclass(frozen=True)
 class Sizes:
-    """What lab 05 measures: the timed block, the graded training run, the notebook's own run."""
+    """What lab 05 measures: the timed block, the graded training run, the run to a plateau."""
 
     channels: int  # the timed block maps channels -> channels ...
     side: int  # ... on side x side images
     batch: int
     budget_s: float  # seconds per interleaved timing comparison
     train: TrainSize  # the graded run (the same in smoke mode: the smoke set is smaller)
-    shown: TrainSize  # the notebook's standard-vs-efficient run (shorter in smoke mode)
+    plateau: PlateauSize  # the notebook's test of the claim (not graded)
 
     def __str__(self) -> str:
         return (
             f"block {self.channels} -> {self.channels} channels on "
-            f"{self.batch}x{self.side}x{self.side}; training: {self.train}"
+            f"{self.batch}x{self.side}x{self.side}; graded training: {self.train}; "
+            f"to a plateau: {self.plateau.train.steps} steps x {len(self.plateau.seeds)} seeds"
         )
 
 
+# PLATEAU_SWEEPS: tools/measure/lab05_efficient_blocks.py --plateau, seeds 0-2, 1 thread, the
+# full set, 2026-12-06 on ZEN4_VM; mean test accuracy standard/efficient, then the drop's range
+# over seeds in points. NCHW (plateau_curve before it used channels_last), 32 images a step, lr
+# 6e-3: 500 steps .884/.808 (+5.6..+9.2), 1000 .909/.865 (+3.1..+5.4), 2000 .936/.903
+# (+2.7..+3.7), 4000 .944/.922 (+1.7..+2.7), 8000 .945/.923 (+1.2..+3.3): flat from 4000 on, but
+# about 6.4 min for 3 seeds (12 + 20 ms a step).
+# NCHW, 64 a step, lr 1.2e-2: 1000 .919/.896, 2000 .948/.938 (+0.2..+2.3; 1000 -> 2000 raised the
+# means by 2.9 and 4.2 points), 4000 .944/.941 (+0.2..+0.4); lr 2.4e-2: 1000 .937/.917, 2000
+# .941/.925 (+0.2..+2.9). channels_last (a step about 25% faster), 64 a step, lr 1.2e-2: 2000
+# .947/.938 (+0.2..+1.7), 4000 .948/.945 (+0.0..+0.8): doubling 2000 moved the means by +0.0 and
+# +0.7 points, less than the seeds' spread at 2000 (1.6 and 1.3 points). 2000 steps took 226 s
+# for both blocks' 3 seeds in the notebook (95 s standard, 131 s efficient).
 def sizes() -> Sizes:
     """The sizes for the current mode (smoke or full)."""
     # the full set has 1920 training images, the smoke set 256
     train = TrainSize(48, 150, 32, (16, 32, 64), lr=6e-3)
+    # The run to a plateau (PLATEAU_SWEEPS): 64 images a step, a higher peak learning rate.
+    run = TrainSize(48, 2000, 64, (16, 32, 64), lr=1.2e-2)
     return Sizes(
         channels=pick(128, 64),
         side=pick(56, 28),
         batch=pick(8, 2),
         budget_s=pick(6.0, 1.0),
         train=train,
-        shown=pick(train, dataclasses.replace(train, steps=50)),
+        plateau=pick(
+            PlateauSize(dataclasses.replace(run, steps=2000), (0, 1, 2), every=100, warmup=100),
+            PlateauSize(dataclasses.replace(run, steps=50), (0, 1, 2), every=10, warmup=3),
+        ),
     )
 
 
@@ -276,27 +326,29 @@ def trained_classifier(
 ) -> nn.Module:
     """``classifier(block)`` after a brief training on the inspection set, in eval mode.
 
-    AdamW, batches drawn without replacement (epoch after epoch), each batch randomly rotated
-    or flipped. Weights, batch order and augmentation come from ``seed``; the global RNG is
-    left as it was.
+    AdamW at a constant learning rate on :func:`_batches`. Weights, batch order and
+    augmentation come from ``seed``; the global RNG is left as it was.
     """
     size = size or sizes().train
     x_train, y_train, _, _ = datasets.inspection_tensors(size.image, "image", smoke)
-    g = torch.Generator().manual_seed(seed)
-    epochs = -(-size.steps * size.batch // len(x_train))
-    order = torch.cat([torch.randperm(len(x_train), generator=g) for _ in range(epochs)])
-    batches = [
-        (_dihedral(x_train[i], g), y_train[i])
-        for i in order[: size.steps * size.batch].split(size.batch)
-    ]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = classifier(block, size.widths)
         start = [p.detach().clone() for p in _block_parameters(model)]
-        models.train_steps(model, batches, size.steps, lr=size.lr)
+        models.train_steps(model, _batches(x_train, y_train, size, seed), size.steps, lr=size.lr)
     after = [p.detach() for p in _block_parameters(model)]
     model.frozen_tensors = sum(torch.equal(a, b) for a, b in zip(start, after, strict=True))
     return model.eval()
+
+
+def _batches(x: Tensor, y: Tensor, size: TrainSize, seed: int) -> Iterator[tuple[Tensor, Tensor]]:
+    """``size.steps`` batches drawn without replacement (epoch after epoch), each randomly
+    rotated or flipped; made one at a time, from a generator seeded with ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    epochs = -(-size.steps * size.batch // len(x))
+    order = torch.cat([torch.randperm(len(x), generator=g) for _ in range(epochs)])
+    for i in order[: size.steps * size.batch].split(size.batch):
+        yield _dihedral(x[i], g), y[i]
 
 
 def _block_parameters(model: nn.Sequential) -> list[Tensor]:
@@ -311,6 +363,184 @@ def frozen_tensors(model: nn.Module) -> int:
     above chance on some seeds (the head learns from random features), so the accuracy check
     fails it on this count first."""
     return int(getattr(model, "frozen_tensors", 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# The claim: both classifiers trained to a plateau, several seeds (shown, not graded).
+
+# "-0.3% accuracy" (the lineup row's claim), read as 0.3 percentage points of test accuracy.
+CLAIMED_DROP = 0.003
+CLAIM = LAB.claim
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run to a plateau: test accuracy after each evaluated step, and the training time."""
+
+    steps: tuple[int, ...]
+    accuracy: tuple[float, ...]
+    seconds: float  # the training steps only, not the evaluations
+
+    @property
+    def final(self) -> float:
+        return self.accuracy[-1]
+
+    def at(self, step: int) -> float:
+        """Test accuracy at the last evaluation not after ``step``."""
+        return max((s, a) for s, a in zip(self.steps, self.accuracy, strict=True) if s <= step)[1]
+
+
+def warmup_cosine(step: int, warmup: int, steps: int) -> float:
+    """Learning-rate factor at ``step`` (0-based): linear warm-up, then a cosine decay to 0."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(steps - warmup, 1)))
+
+
+def plateau_curve(
+    block: BlockFactory, seed: int, size: PlateauSize | None = None, smoke: bool | None = None
+) -> Curve:
+    """Train ``classifier(block)`` on the inspection set with :func:`warmup_cosine`'s schedule;
+    test accuracy every ``size.every`` steps. The same initial weights for a seed as the graded
+    run (:func:`trained_classifier`), batches made the same way; the global RNG is left as it
+    was. Model and batches are channels_last: on the course's machine a training step of
+    either classifier took about a quarter less time than in NCHW."""
+    size = size or sizes().plateau
+    run = size.train
+    x_train, y_train, x_test, y_test = datasets.inspection_tensors(run.image, "image", smoke)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = classifier(block, run.widths).to(memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(model.parameters(), lr=run.lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: warmup_cosine(step, size.warmup, run.steps)
+    )
+    steps, accuracy, seconds = [], [], 0.0
+    for step, (x, y) in enumerate(_batches(x_train, y_train, run, seed), start=1):
+        start = time.perf_counter()
+        model.train()
+        loss = F.cross_entropy(model(x.contiguous(memory_format=torch.channels_last)), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        schedule.step()
+        seconds += time.perf_counter() - start
+        if step % size.every == 0 or step == run.steps:
+            steps.append(step)
+            accuracy.append(models.accuracy(model, x_test, y_test))
+    return Curve(tuple(steps), tuple(accuracy), seconds)
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """Runs to a plateau of named blocks ("standard", "efficient"), one curve per seed."""
+
+    seeds: tuple[int, ...]
+    curves: dict[str, tuple[Curve, ...]]
+    test_images: int
+
+    def finals(self, name: str) -> list[float]:
+        return [curve.final for curve in self.curves[name]]
+
+    def drops(self) -> list[float]:
+        """Per seed: the standard block's final test accuracy minus the efficient block's."""
+        pairs = zip(self.finals("standard"), self.finals("efficient"), strict=True)
+        return [standard - efficient for standard, efficient in pairs]
+
+    def late_gain(self, name: str) -> float:
+        """Mean over seeds of the final accuracy minus the accuracy three quarters of the way:
+        about 0 once a run has reached its plateau."""
+        curves = self.curves[name]
+        return sum(c.final - c.at(3 * c.steps[-1] // 4) for c in curves) / len(curves)
+
+
+def train_to_plateau(
+    name: str, block: BlockFactory, size: PlateauSize | None = None, smoke: bool | None = None
+) -> tuple[Curve, ...]:
+    """:func:`plateau_curve` of ``block`` on every seed of ``size.seeds``, one line printed per
+    run (``name`` labels it)."""
+    size = size or sizes().plateau
+    run = size.train
+    print(f"{name}: {run.steps} steps of {run.batch} images, peak learning rate {run.lr:g} "
+          f"(warm-up {size.warmup} steps, cosine to 0), seeds {list(size.seeds)}")  # fmt: skip
+    curves = []
+    for seed in size.seeds:
+        curves.append(plateau_curve(block, seed, size, smoke))
+        print(f"seed {seed}: {name:>9} test accuracy {curves[-1].final:.3f} after "
+              f"{curves[-1].steps[-1]} steps ({curves[-1].seconds:.0f} s)", flush=True)  # fmt: skip
+    return tuple(curves)
+
+
+def plateau_of(
+    curves: dict[str, tuple[Curve, ...]], size: PlateauSize | None = None, smoke: bool | None = None
+) -> Plateau:
+    """The runs of :func:`train_to_plateau` by block name ("standard", "efficient"), for the
+    table, the plot and the verdict."""
+    size = size or sizes().plateau
+    test = len(datasets.inspection_tensors(size.train.image, "image", smoke)[3])
+    return Plateau(size.seeds, curves, test)
+
+
+def plateau_table(found: Plateau) -> str:
+    """Per seed both final accuracies and the drop, then the drop's spread and the late gains."""
+    lines = [f"{'seed':>4} {'standard':>9} {'efficient':>9} {'drop (points)':>14}"]
+    columns = (found.seeds, found.finals("standard"), found.finals("efficient"), found.drops())
+    for seed, standard, efficient, drop in zip(*columns, strict=True):
+        lines.append(f"{seed:>4} {standard:>9.3f} {efficient:>9.3f} {drop * 100:>+14.1f}")
+    drops = found.drops()
+    lines.append(
+        f"drop over {len(drops)} seeds: {min(drops) * 100:+.1f} to {max(drops) * 100:+.1f} "
+        f"points (mean {sum(drops) / len(drops) * 100:+.1f}); one test image is "
+        f"{100 / found.test_images:.2f} points"
+    )
+    lines.append(
+        "over the last quarter of the schedule test accuracy moved "
+        + ", ".join(f"{found.late_gain(n) * 100:+.1f} points ({n})" for n in found.curves)
+        + " (mean over seeds)"
+    )
+    return "\n".join(lines)
+
+
+def claim_verdict(drops: Sequence[float], claimed: float = CLAIMED_DROP) -> str:
+    """One sentence from measured drops (standard minus efficient accuracy, one per seed):
+    whether the claim of at most ``claimed`` held on every seed, on none, or the seeds disagree."""
+    low, high, mean = min(drops), max(drops), sum(drops) / len(drops)
+    measured = (
+        f"The efficient block's test accuracy was {mean * 100:+.1f} points below the standard "
+        f"block's on average (seeds: {low * 100:+.1f} to {high * 100:+.1f}; negative: above it)"
+    )
+    if high <= claimed:
+        verdict = f"the claim of {claimed * 100:.1f} points held here on every seed."
+    elif low > claimed:
+        verdict = f"the claim of {claimed * 100:.1f} points did not hold here on any seed."
+    else:
+        verdict = (
+            f"the seeds disagree, so {len(drops)} seeds cannot say whether the claim of "
+            f"{claimed * 100:.1f} points holds here."
+        )
+    note = " (Smoke sizes: not a plateau, not a result.)" if is_smoke() else ""
+    return f"{measured}: {verdict}{note}"
+
+
+def plot_plateau(found: Plateau, ax: Axes | None = None) -> Axes:
+    """Test accuracy against training step, one line per block and seed."""
+    import matplotlib.pyplot as plt  # lazy: the judge imports this module and never plots
+
+    from ptcourse.core import plots
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.0, 4.2), layout="constrained")
+    colors = {"standard": "0.45", "efficient": plots.PASS_COLOR}
+    for name, curves in found.curves.items():
+        for i, curve in enumerate(curves):
+            label = name if i == 0 else None
+            ax.plot(curve.steps, curve.accuracy, color=colors.get(name), label=label, alpha=0.8)
+    ax.set_xlabel("training step (cosine schedule)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(f"To a plateau: {len(found.seeds)} seeds per block")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax
 
 
 def predicted_classes(model: nn.Module, x: Tensor, batch_size: int = 256) -> Tensor:

@@ -11,12 +11,26 @@ answer the graded value (median, min, max), how many runs earned full and zero c
 runs a check failed before it graded the row::
 
     .venv/bin/python tools/measure/lab05_efficient_blocks.py --runs 3 [--smoke] [--verbose]
+
+``--plateau 1000,2000,4000`` instead trains the standard block and the reference block to a
+plateau (``plateau_curve``: warm-up, cosine decay to zero) for each schedule length, on
+``--seeds`` (else the ``PlateauSize`` of ``sizes()``: its seeds, batch, learning rate, warm-up
+share and evaluation interval; ``--batch``, ``--lr`` and ``--every`` override them), and prints
+per run the final test accuracy, the curve and the training time, then per length the table and
+the verdict the notebook prints. It chose the notebook's recipe and length (the sweeps are in the
+lab module, above ``sizes``): the length at which doubling it no longer raised either block's
+mean accuracy by more than the spread between seeds::
+
+    nice -n 10 .venv/bin/python tools/measure/lab05_efficient_blocks.py --plateau 2000,4000
+    nice -n 10 .venv/bin/python tools/measure/lab05_efficient_blocks.py --plateau 500,1000,2000 \
+        --batch 32 --lr 0.006
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -108,16 +122,53 @@ def report(check: str, name: str, runs: list[tuple[dict[str, tuple[float, float]
 ROWS = {"flops_ratio": ("flops_ratio",), "accuracy": ("accuracy", "accuracy_drop")}
 
 
+def plateau(lab: Any, lengths: list[int], seeds: tuple[int, ...] | None, args: Any) -> None:
+    """The standard and the reference block trained to a plateau at each schedule length."""
+    base = lab.sizes().plateau
+    run = dataclasses.replace(
+        base.train, batch=args.batch or base.train.batch, lr=args.lr or base.train.lr
+    )
+    named = {"standard": lab.baseline_block, "efficient": solution_block(lab)}
+    for steps in lengths:
+        size = dataclasses.replace(
+            base,
+            train=dataclasses.replace(run, steps=steps),
+            seeds=seeds or base.seeds,
+            every=args.every or base.every,
+            warmup=round(steps * base.warmup / base.train.steps),
+        )
+        print(f"--- {steps} steps: {size}", flush=True)
+        runs = {name: lab.train_to_plateau(name, block, size) for name, block in named.items()}
+        found = lab.plateau_of(runs, size)
+        for name, curves in found.curves.items():
+            for seed, curve in zip(found.seeds, curves, strict=True):
+                points = " ".join(
+                    f"{s}:{a:.3f}" for s, a in zip(curve.steps, curve.accuracy, strict=True)
+                )
+                print(f"  {name} seed {seed} ({curve.seconds:.0f} s): {points}")
+        print(lab.plateau_table(found))
+        print(lab.claim_verdict(found.drops()), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--smoke", action="store_true", help="smoke inspection set (as tests)")
     parser.add_argument("--verbose", action="store_true", help="print every check's own lines")
+    parser.add_argument("--plateau", help="schedule lengths to train to a plateau, e.g. 300,600")
+    parser.add_argument("--seeds", help="seeds of the plateau runs, e.g. 0,1,2")
+    parser.add_argument("--every", type=int, default=0, help="evaluate every this many steps")
+    parser.add_argument("--batch", type=int, default=0, help="plateau runs' batch size")
+    parser.add_argument("--lr", type=float, default=0.0, help="plateau runs' peak learning rate")
     args = parser.parse_args()
     os.environ["PTCOURSE_SMOKE"] = "1" if args.smoke else "0"
     os.environ.pop(checks.RESULTS_ENV, None)
     torch.set_num_threads(1)
     lab = module("05")
+    if args.plateau:
+        seeds = tuple(int(s) for s in args.seeds.split(",")) if args.seeds else None
+        plateau(lab, [int(n) for n in args.plateau.split(",")], seeds, args)
+        return
     blocks = answers(lab)
     graders = {"flops_ratio": lab.check_flops_ratio, "accuracy": lab.check_accuracy}
     print(f"lab 05, {'smoke' if args.smoke else 'full'} set, {args.runs} runs per answer")

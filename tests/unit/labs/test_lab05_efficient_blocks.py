@@ -123,9 +123,83 @@ def test_sizes_follow_smoke_mode(monkeypatch):
     smoke = blocks.sizes()
     monkeypatch.setenv("PTCOURSE_SMOKE", "0")
     full = blocks.sizes()
-    assert smoke.channels < full.channels and smoke.shown.steps < full.shown.steps
-    assert smoke.train == full.train == full.shown  # the graded run is the same in smoke mode
-    assert "training" in str(full)
+    assert smoke.channels < full.channels
+    assert smoke.plateau.train.steps < full.plateau.train.steps
+    assert smoke.train == full.train  # the graded run is the same in smoke mode
+    assert full.plateau.train.steps > full.train.steps and len(full.plateau.seeds) >= 3
+    assert "training" in str(full) and "plateau" in str(full)
+
+
+def test_batches_are_seeded_and_cover_the_epoch():
+    x, y = torch.arange(10.0).reshape(10, 1, 1, 1).expand(10, 3, 2, 2), torch.arange(10)
+    size = blocks.TrainSize(image=2, steps=4, batch=5, widths=(8,))
+    first = list(blocks._batches(x, y, size, seed=1))
+    again = list(blocks._batches(x, y, size, seed=1))
+    assert [b[1].tolist() for b in first] == [b[1].tolist() for b in again]
+    assert len(first) == 4 and all(len(b[1]) == 5 for b in first)
+    assert sorted(first[0][1].tolist() + first[1][1].tolist()) == list(range(10))  # one epoch
+
+
+def test_warmup_cosine_rises_then_decays_to_zero():
+    factors = [blocks.warmup_cosine(step, warmup=4, steps=20) for step in range(20)]
+    assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert factors[4] == 1.0 and all(a >= b for a, b in zip(factors[4:], factors[5:], strict=False))
+    assert factors[-1] < 0.01
+
+
+def test_plateau_curve_is_seeded_and_records_the_curve():
+    size = blocks.PlateauSize(blocks.TrainSize(32, 6, 16, (8,), lr=3e-3), (0,), every=2, warmup=2)
+    a = blocks.plateau_curve(blocks.baseline_block, 5, size, smoke=True)
+    b = blocks.plateau_curve(blocks.baseline_block, 5, size, smoke=True)
+    assert a.steps == (2, 4, 6) and a.accuracy == b.accuracy
+    assert a.final == a.accuracy[-1] and a.at(5) == a.accuracy[1] and a.seconds > 0
+
+
+def test_train_to_plateau_runs_every_seed_and_prints_each_run(capsys):
+    size = blocks.PlateauSize(blocks.TrainSize(32, 2, 8, (8,)), (0, 1), every=2, warmup=1)
+    runs = blocks.train_to_plateau("standard", blocks.baseline_block, size, smoke=True)
+    assert len(runs) == 2 and capsys.readouterr().out.count("standard test accuracy") == 2
+    found = blocks.plateau_of({"standard": runs, "efficient": runs}, size, smoke=True)
+    _, _, x_test, _ = datasets.inspection_tensors(32, "image", smoke=True)
+    assert found.drops() == [0.0, 0.0] and found.test_images == len(x_test)
+
+
+def _plateau(standard: list[float], efficient: list[float]) -> blocks.Plateau:
+    def curves(finals):
+        return tuple(blocks.Curve((50, 100), (f - 0.01, f), 1.0) for f in finals)
+
+    return blocks.Plateau(
+        (0, 1, 2), {"standard": curves(standard), "efficient": curves(efficient)}, 480
+    )
+
+
+def test_plateau_reports_each_seed_the_drops_spread_and_the_late_gain():
+    found = _plateau([0.90, 0.92, 0.91], [0.88, 0.915, 0.90])
+    assert [round(d, 3) for d in found.drops()] == [0.02, 0.005, 0.01]
+    assert found.late_gain("standard") == pytest.approx(0.01)
+    table = blocks.plateau_table(found)
+    assert "+0.5 to +2.0 points" in table and "0.21 points" in table
+    assert len(table.splitlines()) == 6  # header, 3 seeds, the spread, the late gains
+
+
+@pytest.mark.parametrize(
+    ("drops", "verdict"),
+    [
+        ([0.0, 0.002, -0.01], "held here on every seed"),
+        ([0.02, 0.05, 0.004], "did not hold here on any seed"),
+        ([0.02, -0.01, 0.001], "the seeds disagree"),
+    ],
+)
+def test_claim_verdict_follows_the_measured_drops(monkeypatch, drops, verdict):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "0")
+    sentence = blocks.claim_verdict(drops)
+    assert verdict in sentence and "0.3 points" in sentence and "Smoke" not in sentence
+    assert f"{min(drops) * 100:+.1f} to {max(drops) * 100:+.1f}" in sentence
+
+
+def test_claim_verdict_says_smoke_numbers_are_not_a_result(monkeypatch):
+    monkeypatch.setenv("PTCOURSE_SMOKE", "1")
+    assert "not a result" in blocks.claim_verdict([0.01, 0.02, 0.03])
 
 
 def test_training_reads_the_shared_inspection_tensors():
