@@ -111,9 +111,12 @@ def execute_in_lanes(
             child = subprocess.run(
                 lanes_of.pinned(command, cores), capture_output=True, text=True, errors="replace"
             )
-            if not out.exists():
-                raise RuntimeError(f"{the_lab.name}: {child.stderr[-2000:]}")
-            return LabRun(**json.loads(out.read_text()))
+            if out.exists():
+                return LabRun(**json.loads(out.read_text()))
+        track = hardware.track_for(the_lab)  # the child died before it could report
+        error = (child.stderr.strip().splitlines() or [f"exit {child.returncode}"])[-1][:500]
+        return LabRun(the_lab.name, the_lab.title, track.name, track.reason, track.device,
+                      ok=False, seconds=0.0, output="", error=error)  # fmt: skip
 
     return lanes_of.run_in_lanes(labs, in_lane, lanes_of.this_machine(lanes), done)
 

@@ -107,3 +107,18 @@ def test_executed_notebooks_keep_cell_stderr_but_not_the_kernels_transport_warni
     assert "without encryption" not in capfd.readouterr().err
     (cell,) = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells
     assert cell.outputs[0]["name"] == "stderr" and cell.outputs[0]["text"] == "x\n"
+
+
+def test_lanes_run_each_notebook_in_its_own_pinned_child_and_report_failures():
+    """`ptcourse run --lanes 2`: each lab in a child process on its lane's core; a lab that
+    cannot run comes back as a failed run with its error, and the others still run."""
+    from ptcourse.core.lineup import lab
+    from ptcourse.course import execute
+
+    seen = []
+    runs = execute.execute_in_lanes(
+        [lab("04"), lab("07")], True, "no-such-folder", 2, lambda run, n, total: seen.append(n)
+    )
+    assert [r.lab for r in runs] == ["04-grad-accumulation", "07-export"]
+    assert not any(r.ok for r in runs) and all("no-such-folder" in r.error for r in runs)
+    assert sorted(seen) == [1, 2]
