@@ -32,6 +32,7 @@ simulated queue.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import numbers
@@ -132,24 +133,35 @@ def measure_curve(
     seed: int = 0,
     device: str = "cpu",
 ) -> Curve:
-    """Seconds per forward pass of :func:`build_model` at each batch size (median, one thread,
-    inference mode, warm-up excluded), cleaned by :func:`clean_curve`. A module-level function
-    that returns data, so the graders can run it in the judge's trusted twin."""
+    """Seconds per forward pass of :func:`build_model` at each batch size (one thread, inference
+    mode, warm-up excluded), cleaned by :func:`clean_curve`. A module-level function that
+    returns data, so the graders can run it in the judge's trusted twin.
+
+    The batch sizes are timed in interleaved rounds (:func:`measure.compare_many`), and t(b) is
+    t(1) over the median per-round ratio t(1) / t(b): a neighbour that is busy for part of the
+    run slows every batch size alike instead of bending the curve. Timed one after another, a
+    busy spell during the large batches measured a 4.3x batching gain on a machine whose curve
+    gains 9-13x (2026-12-06, AMD EPYC, smoke budget), a curve on which the reference policy
+    served 15% of the heavy trace within its objective."""
     size = sizes()
     batch_sizes = tuple(batch_sizes or size.batch_sizes)
     min_run_time = size.curve_time_s if min_run_time is None else min_run_time
     model = build_model(size, seed).to(device)
     inputs = torch.randn(max(batch_sizes), size.features, generator=seeds.generator(seed))
     inputs = inputs.to(device)
-    curve = {}
+    forward = {b: functools.partial(model, inputs[:b].contiguous()) for b in batch_sizes}
+    first, *rest = batch_sizes
     with torch.inference_mode():
-        for b in batch_sizes:
-            x = inputs[:b].contiguous()
-            timing = measure.time_callable(
-                lambda x=x: model(x), threads=1, min_run_time=min_run_time, warmup=3
-            )
-            curve[b] = timing.median_s
-    return clean_curve(curve)
+        if not rest:
+            return clean_curve({first: measure.time_callable(forward[first]).median_s})
+        timed = measure.compare_many(
+            forward[first],
+            {str(b): forward[b] for b in rest},
+            threads=1,
+            budget_s=min_run_time * len(batch_sizes),
+        )
+    t_first = timed[str(rest[0])].baseline_s
+    return clean_curve({first: t_first, **{b: t_first / timed[str(b)].ratio for b in rest}})
 
 
 def clean_curve(curve: dict[Any, Any]) -> Curve:
@@ -711,17 +723,30 @@ def heavy_is_gradable(curve: Curve) -> bool:
 # The share of requests within the objective is deterministic given the curve and the trace,
 # but the curve is this machine's: on a measured curve whose batch 2 costs 2-2.6 x t(1) (one
 # request takes a matrix-vector path), the reference policy served 0.915-1.0 of the heavy trace
-# and 0.946-1.0 of the light one (2026-12-04, smoke curves, 3 trace seeds each). So full credit
-# is relative: the reference policy's share, replayed on the same curve and trace, minus this.
+# and 0.946-1.0 of the light one (2026-12-04, smoke curves, 3 trace seeds each). So credit is
+# relative: full at the reference policy's share, replayed on the same curve and trace, minus
+# this; and on a curve where the reference itself serves little, zero credit lower too.
 SHARE_MARGIN = 0.02
+# Below this share for the reference policy the heavy trace grades nothing (the policy that
+# keeps up best still misses the objective): graded as where batching gains too little.
+MIN_REFERENCE_SHARE = 0.1
 
 
 def full_credit_share(load_name: str, reference_share: float) -> float:
     """The share within the objective that earns full credit on the ``load_name`` trace where
     the reference policy serves ``reference_share`` of it within the objective: that minus
-    :data:`SHARE_MARGIN`, at most the row's target, at least 5 points above its floor."""
+    :data:`SHARE_MARGIN`, at most the row's target."""
     row = targets.pick(TARGETS, f"{load_name}_load", "cpu")
-    return max(row.floor + 0.05, min(row.target, reference_share - SHARE_MARGIN))
+    return min(row.target, reference_share - SHARE_MARGIN)
+
+
+def zero_credit_share(load_name: str, reference_share: float) -> float:
+    """The share that earns nothing: the row's floor, or where the reference serves too little
+    for that, 5 points below full credit but at least half of it (a policy that falls behind
+    the trace serves almost none of it)."""
+    row = targets.pick(TARGETS, f"{load_name}_load", "cpu")
+    full = full_credit_share(load_name, reference_share)
+    return min(row.floor, max(full - 0.05, full / 2))
 
 
 _CURVES: dict[tuple[int, ...], Curve] = {}
@@ -749,29 +774,31 @@ TARGETS: tuple[Target, ...] = (
     # graders replay the policy on this machine's curve: 0.95 is "p95 within the objective",
     # lowered to the reference policy's share on the same curve and trace minus 2 points.
     Target("11", "heavy_load", "cpu", "score", 0.95, 0.5,
-           f"{SCRIPT} --runs 5 on this machine's curves (t(1) 0.75-1.38 ms, batching gain "
-           "5.8-11.1x, knee 64-128): reference policy 0.859-1.0, median 0.948 (full); "
-           "0.830-0.997, median 0.957 (smoke): graded against the reference's share on the same "
-           f"curve and trace (full_credit_share). Synthetic: 1.0 on every seed; {SYNTHETIC}",
-           "batch 1, no wait: 0.00275-0.0035 (its queue grows without bound); always a full "
-           "batch: 0-0.377 (measured curves); synthetic: max_batch 4: 0.015-0.022, max_wait 8 x "
+           f"{SCRIPT} --runs 5 on this machine's curves (interleaved; t(1) 1.3-1.5 ms, batching "
+           "gain 9.8-11.0x, knee 128): reference policy 0.992-1.0, median 1.0 (full); 0.999-1.0 "
+           "(smoke; t(1) 1.16-1.82 ms, gain 9.2-11.6x): graded against the reference's share on "
+           "the same curve and trace (full_credit_share). 40 smoke curves beside a neighbour "
+           "switching between busy and idle: gain 6.6-11.0x, reference 0.941-1.0 (4 seeds each). "
+           f"Synthetic: 1.0 on every seed; {SYNTHETIC}",
+           "batch 1, no wait: 0.0025-0.00275 (its queue grows without bound); always a full "
+           "batch: 0 (measured curves); synthetic: max_batch 4: 0.015-0.022, max_wait 8 x "
            "t(1): 0.51-0.55",
-           ZEN4_VM, "2026-12-04", SCRIPT),
+           ZEN4_VM, "2026-12-06", SCRIPT),
     Target("11", "light_load", "cpu", "score", 0.95, 0.5,
-           f"{SCRIPT} --runs 5: reference policy 0.956-1.0, median 0.988 (full); 0.961-1.0 "
-           "(smoke); 0.946 on a curve whose batch 2 costs 2.5 x t(1). Synthetic: 1.0 on every "
-           f"seed; {SYNTHETIC}",
+           f"{SCRIPT} --runs 5: reference policy 0.985-1.0, median 0.999 (full); 0.992-1.0 "
+           "(smoke); 0.946 on a curve whose batch 2 costs 2.5 x t(1) (2026-12-04). Synthetic: "
+           f"1.0 on every seed; {SYNTHETIC}",
            "always a full batch: 0.0 (the tail never served); synthetic: max_wait 3 x t(1): "
-           "0.66-0.67, 8 x t(1): 0.20-0.25; batch 1: 0.999-1.0 (a light load needs no "
+           "0.66-0.67, 8 x t(1): 0.20-0.25; batch 1: 0.997-1.0 (a light load needs no "
            "batching: the heavy row is the one it fails)",
-           ZEN4_VM, "2026-12-04", SCRIPT),
+           ZEN4_VM, "2026-12-06", SCRIPT),
     # Batched vs per-request inference of build_model, 64 requests per call, one thread,
     # graded relative to reference_batched_predict in the same run (checks.relative_speedup).
     Target("11", "batched_speedup", "cpu", "speedup", 5.0, 1.5,
-           f"{SCRIPT} --runs 5: reference 7.0-9.7x, median 7.9x (full); 7.3-8.6x, median 7.5x "
-           "(smoke); the curve's batching gain 8.2-11.1x (full), 7.3-11.5x (smoke)",
-           "per-request loop pasted as the answer: 0.88-0.98x (full), 0.93-1.04x (smoke)",
-           ZEN4_VM, "2026-12-04", SCRIPT),
+           f"{SCRIPT} --runs 5: reference 8.3-9.2x, median 8.8x (full); 7.2-8.7x, median 8.2x "
+           "(smoke); the curve's batching gain 9.8-11.0x (full), 9.2-11.6x (smoke)",
+           "per-request loop pasted as the answer: 0.93-0.99x (full), 0.91-1.03x (smoke)",
+           ZEN4_VM, "2026-12-06", SCRIPT),
 )  # fmt: skip
 
 JUDGED = ("knee", "batched_predict", "batched_speed", "heavy_load", "light_load")
@@ -880,6 +907,12 @@ def replay(
         raise checks.CheckFailed(f"[lab 11 · {load.name}_load] {error}") from None
 
 
+def reference_share(load: Load, curve: Curve, seed: int) -> float:
+    """The share of ``load``'s trace the reference policy serves within the objective."""
+    served = simulate(load.trace(seed), reference_dispatch, reference_knobs(curve), curve)
+    return served.within(load.slo_s)
+
+
 def _grade_load(
     load: Load,
     choose_knobs: Callable[[Curve], Any],
@@ -906,9 +939,13 @@ def _grade_load(
     )
     goal = targets.goal(TARGETS, f"{load.name}_load")
     full = full_credit_share(load.name, ref.within(load.slo_s))
-    print(f"  full credit at {full:.1%} within the objective: the reference's share here minus "
-          f"{SHARE_MARGIN:.0%}, at most {goal.row.target:.0%}")  # fmt: skip
-    relative = targets.Goal(dataclasses.replace(goal.row, target=full), goal.track)
+    zero = zero_credit_share(load.name, ref.within(load.slo_s))
+    print(
+        f"  full credit at {full:.1%} within the objective: the reference's share here minus "
+        f"{SHARE_MARGIN:.0%}, at most {goal.row.target:.0%}; zero credit at {zero:.1%}"
+    )
+    row = dataclasses.replace(goal.row, target=full, floor=zero)
+    relative = targets.Goal(row, goal.track)
     return checks.value(relative, lambda: served.within(load.slo_s), points=points)
 
 
@@ -922,12 +959,19 @@ def check_heavy_load(
     curve = grading_curve(dispatch)
     load = heavy_load(curve)
     seed = checks.secret_seed()
+    reason = None
     if not heavy_is_gradable(curve):
         gain = max(throughputs(curve).values()) * curve[1]
+        reason = (
+            f"batching gains {gain:.2f}x here, too little for a trace that batch-1 serving "
+            f"cannot keep up with"
+        )
+    elif (ref := reference_share(load, curve, seed)) < MIN_REFERENCE_SHARE:
+        reason = f"on this curve the reference policy serves only {ref:.1%} within the objective"
+    if reason:
         print(
-            f"[lab 11 · heavy_load] not gradable on this machine: batching gains {gain:.2f}x "
-            f"here, too little for a trace that batch-1 serving cannot keep up with; graded "
-            f"instead: your policy forms batches when requests pile up"
+            f"[lab 11 · heavy_load] not gradable on this machine: {reason}; graded instead: "
+            f"your policy forms batches when requests pile up"
         )
         _, served = replay(load, choose_knobs, dispatch, curve, seed)
         if served.mean_batch < 2 or served.stranded:

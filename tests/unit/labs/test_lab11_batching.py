@@ -258,7 +258,28 @@ MEASURED = {b: 1e-3 * t for b, t in zip(BATCHES, T_OVER_T1, strict=True)}
 def test_full_credit_follows_the_reference_share_within_the_row():
     assert batching.full_credit_share("heavy", 1.0) == 0.95
     assert batching.full_credit_share("light", 0.946) == pytest.approx(0.926)
-    assert batching.full_credit_share("heavy", 0.4) == pytest.approx(0.55)  # floor + 5 points
+    assert batching.full_credit_share("heavy", 0.4) == pytest.approx(0.38)
+    assert batching.zero_credit_share("heavy", 1.0) == 0.5  # the row's floor
+    assert batching.zero_credit_share("heavy", 0.4) == pytest.approx(0.33)  # 5 points below full
+    assert batching.zero_credit_share("heavy", 0.1) == pytest.approx(0.04)  # half of full
+
+
+# A curve measured while a neighbour was busy through the large batches (the 4.3x gain of a
+# sequential measurement on a machine whose curve gains 9-13x): nobody serves the heavy trace
+# within 10 x t(1) on it; the reference policy 0.2-0.4%.
+INFEASIBLE = {
+    b: 1e-3 * t for b, t in zip(BATCHES, (1, 2.05, 3.86, 6.5, 9.5, 13, 17.5, 29.6), strict=True)
+}
+
+
+def test_check_heavy_load_where_the_reference_serves_almost_nothing(graded, monkeypatch, capsys):
+    monkeypatch.setattr(batching, "grading_curve", lambda answer=None: INFEASIBLE)
+    assert batching.heavy_is_gradable(INFEASIBLE)
+    assert batching.check_heavy_load(batching.reference_knobs, batching.reference_dispatch,
+                                     points=3) == 3.0  # fmt: skip
+    assert "the reference policy serves only 0." in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed, match="mean batch 1.00"):
+        batching.check_heavy_load(_knobs(1, 0.0), batching.baseline_dispatch, points=3)
 
 
 @pytest.mark.parametrize("check", ["check_heavy_load", "check_light_load"])
