@@ -153,7 +153,8 @@ def measure_curve(
     first, *rest = batch_sizes
     with torch.inference_mode():
         if not rest:
-            return clean_curve({first: measure.time_callable(forward[first]).median_s})
+            timing = measure.time_callable(forward[first], min_run_time=min_run_time)
+            return clean_curve({first: timing.median_s})
         timed = measure.compare_many(
             forward[first],
             {str(b): forward[b] for b in rest},
