@@ -908,10 +908,9 @@ def replay(
         raise checks.CheckFailed(f"[lab 11 · {load.name}_load] {error}") from None
 
 
-def reference_share(load: Load, curve: Curve, seed: int) -> float:
-    """The share of ``load``'s trace the reference policy serves within the objective."""
-    served = simulate(load.trace(seed), reference_dispatch, reference_knobs(curve), curve)
-    return served.within(load.slo_s)
+def reference_served(load: Load, curve: Curve, seed: int) -> Served:
+    """The reference policy replayed over ``load``'s trace on ``curve``."""
+    return simulate(load.trace(seed), reference_dispatch, reference_knobs(curve), curve)
 
 
 def _grade_load(
@@ -926,7 +925,7 @@ def _grade_load(
     knobs, served = replay(load, choose_knobs, dispatch, curve, seed)
     trace = load.trace(seed)
     base = simulate(trace, baseline_dispatch, BASELINE_KNOBS, curve)
-    ref = simulate(trace, reference_dispatch, reference_knobs(curve), curve)
+    ref = reference_served(load, curve, seed)
     print(
         f"[lab 11 · {load.name}_load] {load.requests} requests at {load.rate_hz:,.0f}/s "
         f"({load.rate_hz * t1:.2f} x batch-1 capacity; t(1) = {t1 * 1e3:.3g} ms on "
@@ -967,7 +966,7 @@ def check_heavy_load(
             f"batching gains {gain:.2f}x here, too little for a trace that batch-1 serving "
             f"cannot keep up with"
         )
-    elif (ref := reference_share(load, curve, seed)) < MIN_REFERENCE_SHARE:
+    elif (ref := reference_served(load, curve, seed).within(load.slo_s)) < MIN_REFERENCE_SHARE:
         reason = f"on this curve the reference policy serves only {ref:.1%} within the objective"
     if reason:
         print(
