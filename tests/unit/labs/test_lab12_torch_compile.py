@@ -277,22 +277,38 @@ def test_the_baseline_compiles_every_new_shape_until_the_limit_then_runs_eager()
     assert (counter.graphs, counter.runs) == (limit, limit)
 
 
-def test_each_cpu_configuration_gets_its_own_inductor_cache():
+@pytest.mark.parametrize("native", ["AVX2", "AVX512", "DEFAULT"])
+def test_each_cpu_configuration_gets_its_own_inductor_cache(monkeypatch, native):
+    """The cache folder is keyed by the capability PyTorch dispatches to and the oneDNN cap, not
+    by the variables that ask for them, whatever the native CPU is: on an AVX2-only CPU
+    ``ATEN_CPU_CAPABILITY=avx2`` is the native configuration and shares its folder."""
+
+    def cache_under(dispatched, **env):
+        for name in ("TORCHINDUCTOR_CACHE_DIR", "ONEDNN_MAX_CPU_ISA"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: dispatched)
+        return hardware.separate_inductor_cache()
+
+    folder = cache_under(native)
+    assert native.lower() in folder
+    assert cache_under(native) == folder
+    others = {cache_under(cap) for cap in ("DEFAULT", "AVX2", "AVX512")} - {folder}
+    assert len(others) == 2
+    assert cache_under(native, ONEDNN_MAX_CPU_ISA="AVX2") not in others | {folder}
+    assert cache_under(native, TORCHINDUCTOR_CACHE_DIR="/tmp/mine") == "/tmp/mine"
+
+
+def test_the_cache_key_follows_what_aten_cpu_capability_dispatches_to():
     import os
     import subprocess
     import sys
 
-    def cache_under(**env):
-        code = "from ptcourse.core import hardware; print(hardware.separate_inductor_cache())"
-        clean = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
-        run = subprocess.run([sys.executable, "-c", code], env={**clean, **env},
-                             capture_output=True, text=True, check=True)  # fmt: skip
-        return run.stdout.strip()
-
-    native, avx2 = cache_under(), cache_under(ATEN_CPU_CAPABILITY="avx2")
-    onednn = cache_under(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
-    assert len({native, avx2, onednn}) == 3 and "avx2" in avx2
-    assert cache_under(TORCHINDUCTOR_CACHE_DIR="/tmp/mine") == "/tmp/mine"
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.stdout.strip() == "DEFAULT", run.stderr
 
 
 def test_where_speed_is_not_gradable_a_compiled_answer_keeps_its_points_and_eager_does_not(
