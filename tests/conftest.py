@@ -1,8 +1,34 @@
 import time
+from collections import defaultdict
 
 import pytest
 
 STARTED = time.time()
+# The suite's tiers, by the file a test lives in (the first match names it).
+TIERS = (
+    ("tests/unit/", "unit"),
+    ("tests/integration/test_notebooks.py", "notebooks (papermill, smoke)"),
+    ("tests/integration/test_grading.py", "grading (judge, every lab)"),
+    ("tests/integration/test_matrix.py", "matrix slice"),
+    ("tests/integration/test_cluster.py", "cluster (Dask)"),
+    ("tests/integration/test_binder.py", "binder"),
+    ("tests/integration/", "sync, format, references"),
+    ("tests/adversarial/", "adversarial slice"),
+    ("tests/browser/", "browser"),
+    ("tests/workshop/", "workshop (JupyterHub)"),
+)
+TIER_SECONDS: dict[str, float] = defaultdict(float)
+TIER_TESTS: dict[str, int] = defaultdict(int)
+
+
+def tier_of(nodeid: str) -> str:
+    return next((name for prefix, name in TIERS if nodeid.startswith(prefix)), "other")
+
+
+def pytest_runtest_logreport(report):
+    tier = tier_of(report.nodeid)
+    TIER_SECONDS[tier] += report.duration
+    TIER_TESTS[tier] += report.when == "call"
 
 
 @pytest.fixture
@@ -15,11 +41,21 @@ def busy_core():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Print per-lab run times of the notebook tier, from the report card it wrote."""
+    """Print the time each tier took (setup, call and teardown of its tests), then per-lab run
+    times of the notebook tier, from the report card it wrote."""
     import json
 
     from ptcourse.course import paths
 
+    if TIER_SECONDS:
+        terminalreporter.section("time per tier")
+        total = sum(TIER_SECONDS.values())
+        for tier, seconds in sorted(TIER_SECONDS.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(
+                f"{tier:<30} {seconds:7.0f} s  {100 * seconds / total:5.1f}%  "
+                f"{TIER_TESTS[tier]:4d} tests"
+            )
+        terminalreporter.write_line(f"{'all':<30} {total:7.0f} s")
     path = paths.BUILD / "report" / "report.json"
     if not path.exists() or path.stat().st_mtime < STARTED:
         return

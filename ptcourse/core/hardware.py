@@ -234,6 +234,23 @@ def separate_inductor_cache() -> str:
     return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
+def inductor_probe_env() -> dict[str, str]:
+    """``TORCHINDUCTOR_VEC_ISA_OK=1`` where inductor's check of the CPU's vector units passes for
+    every instruction set the CPU advertises, else nothing. Run where the course's own code runs
+    (the judge), with this configuration's cache folder, it spares a sandboxed worker, whose
+    cache starts empty, the check's test builds: 11 s of every Lab 12 submission's worker and
+    twin on the Sapphire Rapids VM (2026-12-07)."""
+    separate_inductor_cache()
+    with captured_stderr():
+        from torch._inductor import cpu_vec_isa
+
+        passed = cpu_vec_isa.valid_vec_isa_list()
+        advertised = cpu_vec_isa.x86_isa_checker() if platform.machine() == "x86_64" else []
+    wanted = [isa for isa in cpu_vec_isa.supported_vec_isa_list
+              if all(flag in advertised for flag in str(isa).split())]  # fmt: skip
+    return {"TORCHINDUCTOR_VEC_ISA_OK": "1"} if wanted and passed == wanted else {}
+
+
 def _missing(needs: tuple[str, ...]) -> list[str]:
     return [need for need in needs if not has(need)]
 

@@ -20,6 +20,7 @@ LOWER_IS_BETTER = ("error", "accuracy_drop", "relative_error")
 # The machines the rows were measured on (every timing: 1 thread, the other core loaded).
 CPU_VM = "2-core AMD EPYC VM (AVX2, no AVX-512/AMX), 1 thread, other core loaded"
 ZEN4_VM = "2-core AMD EPYC Zen 4 VM (AVX-512, avx512_bf16), 1 thread, other core loaded"
+AMX_VM = "2-core Intel Xeon VM (AVX-512, avx512_bf16, AMX), 1 thread, other core loaded"
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,7 @@ def judge_notebook(
     missing = sandbox.unavailable()
     env = {k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV)}
     env.pop("PTCOURSE_RESULTS", None)
+    env.update(_compiler_env(key))
     worker = WorkerProcess(
         submission, scratch, env, readable, hidden, sandbox.limits_from_env(), missing is None
     )
@@ -208,6 +209,15 @@ def judge_notebook(
         worker.kill()
     nb.metadata["ptcourse"] = {"judge_log": judge.log, "sandbox": missing or "bubblewrap"}
     return nb
+
+
+def _compiler_env(key: str) -> dict[str, str]:
+    """For a lab that compiles with inductor: the outcome of inductor's CPU probe, made here
+    (a persistent cache folder) so the sandboxed worker and twin do not each redo it."""
+    from ptcourse.core import hardware, lineup
+
+    needs = lineup.lab(key).cpu_needs
+    return hardware.inductor_probe_env() if "cxx_compiler" in needs else {}
 
 
 def _times_in_twin(key: str) -> bool:
