@@ -1,5 +1,10 @@
+import contextlib
+import fcntl
+import os
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +34,74 @@ def pytest_runtest_logreport(report):
     tier = tier_of(report.nodeid)
     TIER_SECONDS[tier] += report.duration
     TIER_TESTS[tier] += report.when == "call"
+
+
+# Two tests at a time (pytest-xdist, one per core), except where a test needs the whole machine:
+# a tier that grades or runs notebooks in two lanes, or a test that loads the other core itself.
+# Those hold the machine alone: every other test shares it with one neighbour, the condition the
+# targets were measured in (one thread, the other core loaded).
+WHOLE_MACHINE = "whole_machine"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    return max(1, min(2, len(os.sched_getaffinity(0))))
+
+
+class MachineLock:
+    """Shared (a test beside one other) or whole (alone) use of the machine, across the
+    suite's worker processes: a writer-preferring reader-writer lock on two files, so a tier
+    waiting for the whole machine is not starved by the stream of short tests beside it."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.gate, self.machine = folder / "gate.lock", folder / "machine.lock"
+
+    @contextlib.contextmanager
+    def hold(self, whole: bool):
+        with open(self.gate, "a") as gate, open(self.machine, "a") as machine:
+            fcntl.flock(gate, fcntl.LOCK_EX)  # a waiting "whole" keeps new "shared" out
+            try:
+                fcntl.flock(machine, fcntl.LOCK_EX if whole else fcntl.LOCK_SH)
+            finally:
+                if not whole:
+                    fcntl.flock(gate, fcntl.LOCK_UN)
+            try:
+                yield
+            finally:
+                fcntl.flock(machine, fcntl.LOCK_UN)
+                if whole:
+                    fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+MACHINE = MachineLock(Path(tempfile.gettempdir()) / f"ptcourse-tests-{RUN}")
+
+
+def _wants_whole(node) -> bool:
+    return node.get_closest_marker(WHOLE_MACHINE) is not None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _machine_for_the_module(request):
+    """A module marked ``whole_machine`` holds the machine alone from its first fixture on."""
+    if _wants_whole(request.node):
+        with MACHINE.hold(whole=True):
+            yield
+    else:
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _machine_for_the_test(request):
+    """A test shares the machine with one other, or holds it alone where it is marked
+    ``whole_machine`` or keeps the other core busy (``busy_core``)."""
+    if _wants_whole(request.node.getparent(pytest.Module)):  # its module holds the machine
+        yield
+    else:
+        whole = _wants_whole(request.node) or "busy_core" in request.fixturenames
+        with MACHINE.hold(whole):
+            yield
 
 
 @pytest.fixture

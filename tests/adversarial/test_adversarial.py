@@ -22,7 +22,7 @@ from attacks import ATTACKS, MARKER
 from ptcourse.core.lineup import lab
 from ptcourse.course import paths
 
-pytestmark = pytest.mark.grading
+pytestmark = [pytest.mark.grading, pytest.mark.whole_machine]  # two lanes
 
 _ASKED = os.environ.get("PTCOURSE_ADVERSARIAL", "")
 CHOSEN = [

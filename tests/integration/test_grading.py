@@ -14,7 +14,7 @@ from submissions import VARIANTS
 from ptcourse.course import autograde, paths
 
 LABS = paths.course_labs(selected_labs())
-pytestmark = pytest.mark.grading
+pytestmark = [pytest.mark.grading, pytest.mark.whole_machine]  # two lanes
 
 
 def variant(lab, replacements):

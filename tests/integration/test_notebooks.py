@@ -11,7 +11,7 @@ from labs_under_test import selected_labs
 from ptcourse.course import paths
 
 LABS = paths.course_labs(selected_labs())
-pytestmark = pytest.mark.notebooks
+pytestmark = [pytest.mark.notebooks, pytest.mark.whole_machine]  # two lanes
 
 
 @pytest.fixture(scope="module")

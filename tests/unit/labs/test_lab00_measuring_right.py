@@ -108,6 +108,7 @@ def test_warming_is_slow_for_its_first_calls_only() -> None:
     assert sorted(times[2:])[1] < 0.05  # robust to one call delayed by a busy machine
 
 
+@pytest.mark.whole_machine
 def test_busy_cores_start_and_stop() -> None:
     with measure.busy_cores(1, max_seconds=10) as procs:
         assert len(procs) == 1 and procs[0].poll() is None
@@ -256,5 +257,5 @@ def test_the_quick_test_never_passes_what_a_hidden_check_fails(graded, capsys) -
         (_timer_without_sync, "time_it_async"),
         (ad.baseline_time_it, "time_it_async"),
     ):
-        error, floor = ad.quick_timer_errors(wrong)[fails]
+        error, floor = ad.quick_timer_errors(wrong, only=(fails,))[fails]
         assert error >= floor, (wrong.__name__, fails, error)
