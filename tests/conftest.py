@@ -31,8 +31,11 @@ def tier_of(nodeid: str) -> str:
 
 
 def pytest_runtest_logreport(report):
+    """Each tier's time: its tests' setup, call and teardown, less the time a test waited for
+    the machine while the other worker held it alone (tests/conftest.py's MachineLock)."""
     tier = tier_of(report.nodeid)
-    TIER_SECONDS[tier] += report.duration
+    waited = sum(v for k, v in report.user_properties if k == WAITED and report.when == "setup")
+    TIER_SECONDS[tier] += report.duration - waited
     TIER_TESTS[tier] += report.when == "call"
 
 
@@ -55,10 +58,13 @@ class MachineLock:
 
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
         self.gate, self.machine = folder / "gate.lock", folder / "machine.lock"
 
     @contextlib.contextmanager
     def hold(self, whole: bool):
+        """Hold the machine; yields the seconds spent waiting for it."""
+        start = time.monotonic()
         with open(self.gate, "a") as gate, open(self.machine, "a") as machine:
             fcntl.flock(gate, fcntl.LOCK_EX)  # a waiting "whole" keeps new "shared" out
             try:
@@ -67,7 +73,7 @@ class MachineLock:
                 if not whole:
                     fcntl.flock(gate, fcntl.LOCK_UN)
             try:
-                yield
+                yield time.monotonic() - start
             finally:
                 fcntl.flock(machine, fcntl.LOCK_UN)
                 if whole:
@@ -82,11 +88,16 @@ def _wants_whole(node) -> bool:
     return node.get_closest_marker(WHOLE_MACHINE) is not None
 
 
+WAITED = "waited for the machine (s)"
+_waited_by_module = [0.0]  # the module lock's wait, reported with the module's first test
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _machine_for_the_module(request):
     """A module marked ``whole_machine`` holds the machine alone from its first fixture on."""
     if _wants_whole(request.node):
-        with MACHINE.hold(whole=True):
+        with MACHINE.hold(whole=True) as waited:
+            _waited_by_module[0] = waited
             yield
     else:
         yield
@@ -97,11 +108,34 @@ def _machine_for_the_test(request):
     """A test shares the machine with one other, or holds it alone where it is marked
     ``whole_machine`` or keeps the other core busy (``busy_core``)."""
     if _wants_whole(request.node.getparent(pytest.Module)):  # its module holds the machine
+        request.node.user_properties.append((WAITED, _waited_by_module[0]))
+        _waited_by_module[0] = 0.0
         yield
     else:
         whole = _wants_whole(request.node) or "busy_core" in request.fixturenames
-        with MACHINE.hold(whole):
+        with MACHINE.hold(whole) as waited:
+            request.node.user_properties.append((WAITED, waited))
             yield
+
+
+@pytest.fixture(scope="module")
+def course_grades(tmp_path_factory):
+    """The session's one grading run of every selected lab with its variants and the
+    adversarial slice (``tests/grading_run.py``), made by the first module that asks (which
+    holds the whole machine), read by the others: {"scores": {"student/lab": score}, …}."""
+    import grading_run
+    from labs_under_test import selected_labs
+
+    from ptcourse.course import paths
+
+    keys = [the_lab.number for the_lab in paths.course_labs(selected_labs())]
+    attacks = grading_run.slice_attacks()
+
+    def compute(shared_folder):
+        root = tmp_path_factory.mktemp("course-grades")
+        return grading_run.course_grades(root, keys, attacks)
+
+    return grading_run.shared(MACHINE.folder / "course-grades", compute)
 
 
 @pytest.fixture
@@ -128,7 +162,10 @@ def pytest_terminal_summary(terminalreporter):
                 f"{tier:<30} {seconds:7.0f} s  {100 * seconds / total:5.1f}%  "
                 f"{TIER_TESTS[tier]:4d} tests"
             )
-        terminalreporter.write_line(f"{'all':<30} {total:7.0f} s")
+        terminalreporter.write_line(
+            f"{'all':<30} {total:7.0f} s  (wall {time.time() - STARTED:.0f} s: the tiers that "
+            "need the whole machine run alone, the others two at a time)"
+        )
     path = paths.BUILD / "report" / "report.json"
     if not path.exists() or path.stat().st_mtime < STARTED:
         return
