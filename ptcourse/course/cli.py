@@ -13,15 +13,14 @@ from ptcourse.core import smoke
 
 def _doctor(args: argparse.Namespace) -> int:
     from ptcourse.core import hardware
-    from ptcourse.judge import sandbox
+    from ptcourse.judge import accounting, sandbox
 
     print(hardware.doctor_report())
     missing = sandbox.unavailable()
-    cap = sandbox.process_cap(1)
-    sandbox.release_cap(cap)
-    limit = "processes capped (pids cgroup)" if cap else "processes not capped (no pids cgroup)"
-    where = f"bubblewrap; {limit}" if not missing else f"none: {missing}"
-    print(f"  {'grading sandbox':<17}{where}")
+    counted = accounting.for_sandbox(1)
+    counted.release()
+    where = "bubblewrap" if not missing else f"none: {missing}"
+    print(f"  {'grading sandbox':<17}{where}; resources counted by {counted.kind}")
     return 0
 
 

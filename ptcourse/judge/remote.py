@@ -1,12 +1,17 @@
 """The judge's side of the worker: start it in its sandbox, talk to it, freeze it, time it.
 
 Only data comes back (``torch.load(weights_only=True)``); a function, module or iterator the
-submission defined comes back as a :class:`Remote` that forwards calls to the worker. Elapsed
-time is measured here, never reported by the worker: :class:`RemoteCall` sends fresh inputs,
-lets the worker run, and charges the call the larger of the wall time and the CPU time every
-process of the sandbox used meanwhile (so extra threads or helper processes cannot buy speed).
-Between its turns every process of the submission is stopped (SIGSTOP), so nothing it left
-running can slow the baseline down.
+submission defined comes back as a :class:`Remote` that forwards calls to the worker. The worker
+is the submission's: its code, its objects and its replies are the student's, so nothing it
+says about itself decides a grade. Elapsed time and memory are measured here, from outside:
+:class:`RemoteCall` hands a block of fresh inputs over in the message that starts the block,
+inside the judge's clock, and the block's outputs come back before the clock stops; the call is
+charged the larger of the wall time and the CPU time the kernel counted for the whole sandbox
+(its control group: every process in it, those that forked and exited included; see
+:mod:`ptcourse.judge.accounting`). Outputs are verified by the check against its own
+computation. After every reply the sandbox is frozen (the cgroup freezer: a process forked at
+any moment stops too), so nothing the submission left running competes with what the judge does
+meanwhile or runs during the baseline's turn.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import functools
 import io
 import os
 import pickle
+import random
 import select
 import signal
 import subprocess
@@ -30,12 +36,19 @@ from typing import Any
 import torch
 
 from ptcourse.core.measure import TimedElsewhere
-from ptcourse.grading.checks import SubmissionGone
-from ptcourse.judge import sandbox
+from ptcourse.grading.checks import CheckFailed, SubmissionGone
+from ptcourse.judge import accounting, sandbox
 from ptcourse.judge.worker import HEADER
 
 MAX_REPLY_BYTES = 2**30
 STARTUP_S = 180.0  # importing torch and IPython on a loaded machine
+# Outputs of a timed block the check verifies, drawn after the block: over a check's eight or
+# more blocks, at least 64 outputs (every one where there are fewer), so work skipped on a
+# tenth of the calls is caught with probability 1 - 0.9**64 > 0.998 (and 0.9995 over 72).
+VERIFIED_PER_BLOCK = 9
+# Handing a measured call's output back may use memory (its serialised copy); more than this
+# over the memory in use before it means work was left for after the measured call.
+HANDING_BACK_SLACK_BYTES = 16 * 2**20
 
 
 class WorkerError(RuntimeError):
@@ -48,65 +61,6 @@ class WorkerGone(SubmissionGone):
 
 class WorkerLate(WorkerGone):
     """No reply began before the deadline; the worker was left running (``keep_if_late``)."""
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        tree.setdefault(ppid, []).append(int(entry.name))
-    return tree
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and every process below it (the whole sandbox when root is bubblewrap)."""
-    tree, found, todo = _children(), [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(tree.get(pid, ()))
-    return found
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time the processes' threads have run, from the kernel's scheduler statistics."""
-    total = 0
-    for pid in pids:
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-    return total / 1e9
-
-
-def rss_bytes(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
-
-
-def _signal_all(pids: list[int], signum: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
 
 
 class Pickler(pickle.Pickler):
@@ -142,7 +96,7 @@ class WorkerProcess:
     process: subprocess.Popen | None = None
     frozen: bool = False
     mirrors: dict[int, tuple[Any, int]] = field(default_factory=dict)
-    cap: Path | None = None
+    accounting: accounting.Accounting | None = None
     trusted: WorkerProcess | None = None
     answered: bool = False  # it has answered since it was launched
 
@@ -170,8 +124,7 @@ class WorkerProcess:
             )
         self.scratch.mkdir(parents=True, exist_ok=True)
         log = (self.scratch / "worker.log").open("ab")
-        self.cap = sandbox.process_cap(self.limits.processes) if self.sandboxed else None
-        procs = str(self.cap / "cgroup.procs") if self.cap else None
+        self.accounting = accounting.for_sandbox(self.limits.processes)
         self.process = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -180,8 +133,9 @@ class WorkerProcess:
             cwd=cwd,
             env=environ,
             start_new_session=True,
-            preexec_fn=(lambda: _join(procs)) if procs else None,  # before exec: no race
+            preexec_fn=self.accounting.join,  # in the child before exec: nothing escapes
         )
+        self.accounting.started(self.process.pid)
         log.close()
         self.frozen = False
         self.mirrors = {}
@@ -227,16 +181,17 @@ class WorkerProcess:
 
     @property
     def pids(self) -> list[int]:
-        return process_tree(self.process.pid) if self.process else []
+        return self.accounting.pids() if self.process and self.accounting else []
 
     def freeze(self) -> None:
+        """Stop every process of the sandbox (it is not the submission's turn)."""
         if self.process and not self.frozen:
-            _signal_all(self.pids, signal.SIGSTOP)
+            self.accounting.freeze()
             self.frozen = True
 
     def thaw(self) -> None:
         if self.process and self.frozen:
-            _signal_all(self.pids, signal.SIGCONT)
+            self.accounting.thaw()
             self.frozen = False
 
     def interrupt(self) -> None:
@@ -244,34 +199,36 @@ class WorkerProcess:
         self.thaw()
         for pid in self.pids:
             if _python_of(pid):
-                _signal_all([pid], signal.SIGINT)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
 
     def kill(self) -> None:
         if self.trusted is not None:
             self.trusted.kill()
         if self.process is None:
             return
-        _signal_all(self.pids, signal.SIGKILL)
+        self.accounting.release()  # every process of the sandbox, then the group
         self.process.kill()
         self.process.wait()
         for stream in (self.process.stdin, self.process.stdout):
             with contextlib.suppress(OSError):
                 stream.close()
         self.process = None
-        for _ in range(50):  # the namespace's last processes are reaped asynchronously
-            if not self.cap or not (self.cap / "cgroup.procs").read_text().strip():
-                break
-            time.sleep(0.02)
-        sandbox.release_cap(self.cap)
-        self.cap = None
+
+    def encode(self, op: str, *args: Any) -> bytes:
+        """A request as the bytes :meth:`send_bytes` sends (made before a clock starts)."""
+        buffer = io.BytesIO()
+        Pickler(buffer, self.mirrors).dump((op, *args))
+        return buffer.getvalue()
 
     def send(self, op: str, *args: Any) -> None:
+        self.send_bytes(self.encode(op, *args))
+
+    def send_bytes(self, payload: bytes) -> None:
+        """Thaw the sandbox and hand it one request."""
         if self.process is None:
             raise WorkerGone("the worker is not running")
         self.thaw()
-        buffer = io.BytesIO()
-        Pickler(buffer, self.mirrors).dump((op, *args))
-        payload = buffer.getvalue()
         try:
             self.process.stdin.write(HEADER.pack(len(payload)) + payload)
             self.process.stdin.flush()
@@ -280,8 +237,9 @@ class WorkerProcess:
             raise WorkerGone(f"the worker closed its channel ({error})") from error
 
     def receive(self, timeout: float, keep_if_late: bool = False) -> Any:
-        """The next reply; a worker that sends none within ``timeout`` is killed, unless
-        ``keep_if_late`` (then :class:`WorkerLate` is raised and the caller may interrupt it)."""
+        """The next reply, after which the sandbox is frozen until the next request; a worker
+        that sends none within ``timeout`` is killed, unless ``keep_if_late`` (then
+        :class:`WorkerLate` is raised and the caller may interrupt it)."""
         deadline = time.monotonic() + timeout
         fd = self.process.stdout.fileno() if self.process else -1
         if keep_if_late and fd >= 0 and not select.select([fd], [], [], timeout)[0]:
@@ -302,6 +260,7 @@ class WorkerProcess:
         if not isinstance(reply, dict) or "ok" not in reply:
             self.kill()
             raise WorkerGone("a reply that is not the protocol's")
+        self.freeze()
         if not reply["ok"]:
             raise WorkerError(str(reply.get("error")))
         return self.decode(reply.get("value"))
@@ -333,12 +292,6 @@ class WorkerProcess:
         if isinstance(value, dict):
             return {key: self.decode(each) for key, each in value.items()}
         return value
-
-
-def _join(procs: str) -> None:
-    """In the new process, before exec: enter the submission's pids cgroup."""
-    with open(procs, "w") as f:
-        f.write(str(os.getpid()))
 
 
 def _python_of(pid: int) -> bool:
@@ -398,6 +351,8 @@ class Remote:
         inference: bool = False,
         via: Callable[..., Any] | None = None,
     ) -> RemoteCall:
+        if verify is None:
+            raise ValueError("a measured call of the submission needs a verifier of its outputs")
         target = self if via is None else functools.partial(via, self)
         return RemoteCall(self.worker, target, make_args, verify, inference)
 
@@ -461,9 +416,12 @@ def _apply_module_state(module: torch.nn.Module, state: dict, grads: dict) -> No
 
 
 class RemoteCall(TimedElsewhere):
-    """A call a speed check times: each timed call gets inputs from ``make_args`` that the
-    submission has not seen, the judge's clock runs around the worker's turn, and one output
-    per block is checked with ``verify(args, output)`` (raising when wrong)."""
+    """A call a speed or memory check measures. Each call gets inputs from ``make_args`` that
+    the submission has not seen, handed over in the message that starts its block, inside the
+    judge's clock; the block's outputs come back before the clock stops, and ``verify(args,
+    output)`` (raising when wrong) checks :data:`VERIFIED_PER_BLOCK` of them drawn after the
+    block, or every one, in order, where the verifier says it ``sees_every_call`` (a replay of
+    a training step). The output of a memory-measured call is verified too."""
 
     def __init__(
         self,
@@ -473,61 +431,103 @@ class RemoteCall(TimedElsewhere):
         verify: Callable[..., None] | None,
         inference: bool = False,
     ) -> None:
+        """``verify`` None: the call runs the course's own code in the trusted twin."""
         self.target, self.make_args, self.verify = target, make_args, verify
         self.worker, self.inference = worker, inference
         self.threads = 1
+        self.draw = random.SystemRandom()
 
-    def _prepare(self, key: str, arg_sets: list[tuple]) -> None:
-        # what lasts from call to call is sent once: the target (a model, a runner that builds
-        # its session on first call) and stateful arguments (a model and its optimizer)
+    def _payload(self, op: str, arg_sets: list[tuple]) -> bytes:
+        """The request for ``op`` on ``arg_sets``, made before any clock starts. What lasts from
+        call to call is sent once, before: the target (a model, a runner that builds its
+        session on first call) and stateful arguments (a model and its optimizer)."""
         lasting = [arg for arg in arg_sets[0] if isinstance(arg, MIRRORED)]
         if not isinstance(self.target, Remote):
             lasting.insert(0, self.target)
         self.worker.mirror(*lasting)
-        options = (self.threads, self.inference)
-        self.worker.request("prepare", key, self.target, arg_sets, *options)
+        return self.worker.encode(op, self.target, arg_sets, self.threads, self.inference)
+
+    def _check(self, arg_sets: list[tuple], outputs: Any) -> None:
+        if self.verify is None:  # the trusted twin's own code (a baseline, a reference)
+            return
+        if not isinstance(outputs, list) or len(outputs) != len(arg_sets):
+            raise CheckFailed(f"{len(arg_sets)} calls did not hand back {len(arg_sets)} outputs")
+        if getattr(self.verify, "sees_every_call", False):
+            chosen = range(len(arg_sets))
+        else:
+            count = min(len(arg_sets), VERIFIED_PER_BLOCK)
+            chosen = sorted(self.draw.sample(range(len(arg_sets)), count))
+        for index in chosen:
+            self.verify(arg_sets[index], outputs[index])
 
     def __call__(self) -> Any:
+        args = self.make_args()
         if isinstance(self.target, Remote):
-            return self.target(*self.make_args())
-        self._prepare("once", [self.make_args()])
-        try:
-            self.worker.request("run", "once")
-            return self.worker.request("result", "once", 0)
-        finally:
-            self.worker.freeze()
+            output = self.target(*args)
+        else:
+            options = (self.threads, self.inference)
+            output = self.worker.request("run", self.target, [args], *options)[0]
+        self._check([args], [output])
+        return output
 
     def time_block(self, calls: int) -> float:
-        """Seconds per call over ``calls`` calls on fresh inputs: max(wall, CPU of the sandbox)."""
+        """Seconds per call over ``calls`` calls on fresh inputs: the larger of the wall time
+        and the CPU time of the whole sandbox, from handing the inputs over to having every
+        output back."""
         arg_sets = [self.make_args() for _ in range(calls)]
-        self._prepare("timed", arg_sets)
-        pids = self.worker.pids
-        cpu_before = cpu_seconds(pids)
+        payload = self._payload("run", arg_sets)
+        cpu_before = self.worker.accounting.cpu_seconds()  # frozen: nothing runs meanwhile
         start = time.perf_counter()
-        self.worker.request("run", "timed")
+        self.worker.send_bytes(payload)
+        outputs = self.worker.receive(self.worker.call_timeout)  # frozen again on return
         wall = time.perf_counter() - start
-        self.worker.freeze()
-        cpu = cpu_seconds(self.worker.pids) - cpu_before
-        if self.verify is not None:
-            index = int(torch.randint(calls, (1,)))
-            self.verify(arg_sets[index], self.worker.request("result", "timed", index))
+        cpu = self.worker.accounting.cpu_seconds() - cpu_before
+        self._check(arg_sets, outputs)
         return max(wall, cpu) / calls
 
     def peak_bytes(self, interval_s: float = 0.001) -> tuple[int, int]:
-        """(RSS before, peak RSS) of the sandbox's processes during one call on fresh inputs."""
+        """(memory before, peak memory) of the whole sandbox around one call on fresh inputs.
+        The output stays in the worker until the peak is read, then comes back and is verified;
+        where handing it back needs more than its copy and some slack, the work was left for
+        then, and the peak of handing back counts."""
         args = self.make_args()
         self.worker.request("release_memory")
-        self._prepare("memory", [args])
-        pids = self.worker.pids
-        before = peak = rss_bytes(pids)
-        self.worker.send("run", "memory")
+        payload = self._payload("keep", [args])
+        before, peak = self._peak_around(lambda: self.worker.send_bytes(payload), interval_s)
+        settled = self.worker.accounting.memory_bytes()
+        handed = {}
+        _, back = self._peak_around(lambda: self.worker.send("result"), interval_s, handed)
+        allowance = 3 * _tensor_bytes(handed["value"]) + HANDING_BACK_SLACK_BYTES
+        if back - settled > allowance:
+            peak = max(peak, back)
+        self._check([args], [handed["value"]])
+        return before, peak
+
+    def _peak_around(
+        self, send: Callable[[], None], interval_s: float, reply: dict | None = None
+    ) -> tuple[int, int]:
+        """(memory before, peak) of the sandbox from ``send()`` to its reply: the kernel's peak
+        where it keeps one, else sampled every ``interval_s``."""
+        account = self.worker.accounting
+        account.reset_peak()
+        before = peak = account.memory_bytes()
+        send()
         fd = self.worker.process.stdout.fileno()
         while not select.select([fd], [], [], interval_s)[0]:
-            peak = max(peak, rss_bytes(pids))
-        self.worker.receive(timeout=600)
-        peak = max(peak, rss_bytes(pids))  # the output is still alive in the worker
-        self.worker.freeze()
-        output = self.worker.request("result", "memory", 0)
-        if self.verify is not None:  # the measured call must have done the work
-            self.verify(args, output)
+            peak = max(peak, account.memory_bytes())
+        value = self.worker.receive(timeout=self.worker.call_timeout)
+        kept = account.peak_bytes()
+        peak = max(peak, account.memory_bytes(), kept if kept is not None else 0)
+        if reply is not None:
+            reply["value"] = value
         return before, peak
+
+
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, list | tuple):
+        return sum(_tensor_bytes(each) for each in value)
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(each) for each in value.values())
+    return 0

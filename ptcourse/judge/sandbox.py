@@ -12,12 +12,10 @@ and the judge marks every score "unsandboxed"; it never downgrades silently.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,31 +42,6 @@ def limits_from_env() -> Limits:
     memory = float(os.environ.get("PTCOURSE_MEMORY_LIMIT_GB", "12"))
     cpu = int(os.environ.get("PTCOURSE_CPU_LIMIT_S", "3600"))
     return Limits(memory_bytes=int(memory * 2**30), cpu_seconds=cpu)
-
-
-PIDS_V1 = Path("/sys/fs/cgroup/pids")
-
-
-def process_cap(limit: int) -> Path | None:
-    """A new pids cgroup (v1) allowing ``limit`` processes and threads, for one submission's
-    sandbox; None where this machine does not let us make one (then the number of processes
-    is bounded only by the CPU-time and memory limits, and ``ptcourse doctor`` says so)."""
-    if not (PIDS_V1 / "cgroup.procs").exists():
-        return None
-    group = PIDS_V1 / f"ptcourse-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        group.mkdir()
-        (group / "pids.max").write_text(str(limit))
-    except OSError:
-        return None
-    return group
-
-
-def release_cap(group: Path | None) -> None:
-    """Remove a pids cgroup once its processes are gone."""
-    if group is not None:
-        with contextlib.suppress(OSError):
-            group.rmdir()
 
 
 def unavailable() -> str | None:

@@ -185,8 +185,7 @@ class Worker:
     def __init__(self) -> None:
         self.shell = _shell()
         self.objects = Objects()
-        self.prepared: dict[str, tuple[Any, list[tuple[Any, ...]], bool]] = {}
-        self.results: dict[str, list[Any]] = {}
+        self.kept: Any = None
 
     def cell(self, source: str, count: int) -> dict[str, Any]:
         from IPython.utils.capture import capture_output
@@ -223,20 +222,22 @@ class Worker:
         except StopIteration:
             return {"value": None, "done": True}
 
-    def prepare(
-        self, key: str, target: Any, arg_sets: list[tuple], threads: int, inference: bool
-    ) -> None:
+    def run(self, target: Any, arg_sets: list[tuple], threads: int, inference: bool) -> list:
+        """A timed block: ``target`` on each set of inputs, the outputs handed back (the judge's
+        clock runs from sending the inputs to having the outputs)."""
         torch.set_num_threads(threads)
-        self.prepared[key] = (target, arg_sets, inference)
-        self.results.pop(key, None)
-
-    def run(self, key: str) -> None:
-        target, arg_sets, inference = self.prepared.pop(key)
         with torch.inference_mode(inference):
-            self.results[key] = [target(*args) for args in arg_sets]
+            return [self.objects.encode(target(*args)) for args in arg_sets]
 
-    def result(self, key: str, index: int) -> Any:
-        return self.objects.encode(self.results.pop(key)[index])
+    def keep(self, target: Any, arg_sets: list[tuple], threads: int, inference: bool) -> None:
+        """A memory-measured call: its output stays here until :meth:`result`."""
+        torch.set_num_threads(threads)
+        with torch.inference_mode(inference):
+            self.kept = target(*arg_sets[0])
+
+    def result(self) -> Any:
+        value, self.kept = self.kept, None
+        return self.objects.encode(value)
 
     def release_memory(self) -> None:
         """Collect garbage and give freed heap back to the system before a memory reading."""

@@ -9,7 +9,7 @@ import pytest
 from judged import error, printed, readable, run
 
 from ptcourse.course.paths import BUILD, ROOT
-from ptcourse.judge.remote import process_tree
+from ptcourse.judge.accounting import process_tree
 
 
 def test_the_course_the_venv_and_the_package_are_read_only(make_worker):
@@ -92,12 +92,12 @@ def test_unsandboxed_workers_still_get_private_folders(make_worker, sandboxed):
 
 
 def test_a_fork_bomb_meets_the_process_limit(make_worker):
-    from ptcourse.judge import sandbox
+    from ptcourse.judge import accounting
 
-    probe = sandbox.process_cap(1)
-    if probe is None:
-        pytest.skip("no pids cgroup can be made here")
-    sandbox.release_cap(probe)
+    probe = accounting.for_sandbox(1)
+    probe.release()
+    if not probe.exact:
+        pytest.skip("no control group can be made here")
     worker = make_worker(processes=64)
     outputs = run(
         worker,
