@@ -92,29 +92,33 @@ def check_close(
 def timed(
     answer: Callable[..., Any],
     make_args: Callable[[], tuple],
-    verify: Callable[[tuple, Any], None] | None = None,
+    verify: Callable[[tuple, Any], None],
     *,
     inference: bool = False,
     via: Callable[..., Any] | None = None,
 ) -> Callable[[], Any]:
-    """What a speed or memory check runs: ``answer(*make_args())``, or ``via(answer,
-    *make_args())`` where the timed work drives the answer (pulls batches from it, runs a
+    """What a speed or memory check measures: ``answer(*make_args())``, or ``via(answer,
+    *make_args())`` where the measured work drives the answer (pulls batches from it, runs a
     pipeline it built); ``via`` is then a module-level function, run where the answer lives.
 
-    In a notebook the inputs are drawn once. When the answer lives in the judge's worker
-    (:class:`ptcourse.judge.remote.Remote`), every timed call gets fresh inputs the submission
-    has not seen, the judge's clock times it, and ``verify(args, output)`` checks one output
-    per block (so a memoised or skipped computation loses its time advantage); ``inference``
-    runs the worker's calls under ``torch.inference_mode`` (the caller's own mode cannot reach
-    another process).
+    ``verify(args, output)`` raises :class:`CheckFailed` unless ``output`` is right for
+    ``args``, by the check's own computation: the answer's outputs are the student's. In a
+    notebook the inputs are drawn once and one call's output is verified at once. When the
+    answer lives in the judge's worker (:class:`ptcourse.judge.remote.Remote`), every call
+    gets fresh inputs the submission has not seen, handed over inside the judge's clock, and
+    outputs drawn after each block are verified (so a memoised, skipped or deferred
+    computation loses its advantage); ``inference`` runs the worker's calls under
+    ``torch.inference_mode`` (the caller's own mode cannot reach another process).
     """
     remote = getattr(type(answer), "timed", None)
     if remote is not None:
         return remote(answer, make_args, verify, inference=inference, via=via)
     args = make_args()
-    if via is not None:
-        return lambda: via(answer, *args)
-    return lambda: answer(*args)
+    run = (lambda: via(answer, *args)) if via is not None else (lambda: answer(*args))
+    with captured_stderr():
+        output = run()
+    verify(args, output)  # here, before anything is measured
+    return run
 
 
 def timed_alike(

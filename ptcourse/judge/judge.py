@@ -25,7 +25,7 @@ from typing import Any
 
 import nbformat
 
-from ptcourse.grading.checks import CheckFailed
+from ptcourse.grading.checks import SEED_ENV, CheckFailed
 from ptcourse.judge import sandbox
 from ptcourse.judge.remote import WorkerError, WorkerGone, WorkerLate, WorkerProcess
 
@@ -182,6 +182,7 @@ def judge_notebook(
     missing = sandbox.unavailable()
     env = {k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV)}
     env.pop("PTCOURSE_RESULTS", None)
+    env.pop(SEED_ENV, None)  # the secret stays here: the worker's inputs come from the judge
     env.update(_compiler_env(key))
     worker = WorkerProcess(
         submission, scratch, env, readable, hidden, sandbox.limits_from_env(), missing is None
@@ -279,13 +280,29 @@ class Plan:
             # first error or value it finds, so only the judge's line may carry one.
             feedback = [o for o in outputs if o.output_type in ("stream", "display_data")]
             failed = [o for o in outputs if o.output_type == "error"]
-            passed = not any(o.output_type == "error" for o in self.verdict(judge, voucher))
+            passed = _full_credit(self.verdict(judge, voucher), self.calls[voucher].points)
             note = f"the judge's check of the same answer ({voucher}) "
             if passed and not failed:
-                return [*feedback, _stream(note + "passed\n")], "vouched for by the judge"
-            why = f"{failed[0].ename}: {failed[0].evalue}" if failed else note + "failed"
+                return [*feedback, _stream(note + "gave full credit\n")], "vouched for by the judge"
+            why = (
+                f"{failed[0].ename}: {failed[0].evalue}"
+                if failed
+                else note + "gave less than full credit"
+            )
             return [*feedback, _error("CheckFailed", why)], "vouched for by the judge"
         return outputs, "in the notebook's process" if call else ""
+
+
+def _full_credit(verdict: list[Any], points: float) -> bool:
+    """Whether a judged cell's outputs give its full points: no error, and a value (nbgrader's
+    partial credit) of at least ``points``."""
+    if any(o.output_type == "error" for o in verdict):
+        return False
+    values = [o for o in verdict if o.output_type == "execute_result"]
+    try:
+        return bool(values) and float(values[-1].data["text/plain"]) >= points
+    except (KeyError, ValueError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -465,8 +465,8 @@ class RemoteCall(TimedElsewhere):
         if isinstance(self.target, Remote):
             output = self.target(*args)
         else:
-            options = (self.threads, self.inference)
-            output = self.worker.request("run", self.target, [args], *options)[0]
+            self.worker.send_bytes(self._payload("run", [args]))
+            output = self.worker.receive(self.worker.call_timeout)[0]
         self._check([args], [output])
         return output
 

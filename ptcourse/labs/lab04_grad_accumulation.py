@@ -486,17 +486,12 @@ def _memory_net(device: str, seed: int) -> nn.Module:
     return seeded(lambda: conv_net(sizes().channels), seed).to(device)
 
 
-def step_from_zero(step: Step, model: nn.Module, x: Tensor, y: Tensor, *args: Any) -> None:
+def step_from_zero(step: Step, model: nn.Module, x: Tensor, y: Tensor, *args: Any) -> list[Tensor]:
     """What the memory check measures: ``step(model, cross_entropy, x, y, *args)`` from zero
-    gradients (set to None), so that the gradients it leaves are this call's alone."""
+    gradients (set to None); the gradients it leaves, this call's alone, are its output."""
     model.zero_grad(set_to_none=True)
     step(model, F.cross_entropy, x, y, *args)
-
-
-def gradients_left(step: Step, model: nn.Module) -> list[Tensor]:
-    """:func:`gradients` of ``model`` where ``step`` runs (in the judge: what the measured call
-    left in the worker's copy of the model, read there)."""
-    return gradients(model)
+    return [p.grad for p in model.parameters()]  # the tensors themselves: no copy to measure
 
 
 class FreshBatches:
@@ -526,7 +521,7 @@ def check_memory(step: Step, *, points: float) -> float:
     net = _memory_net(device, seed)
     measure.rss_follows_tensors()
     batches = FreshBatches(net, device, seed + 1, sizes().accum_steps)
-    candidate = checks.timed(step, batches, via=step_from_zero)
+    candidate = checks.timed(step, batches, _full_batch_gradients(net), via=step_from_zero)
     baseline = checks.timed_alike(
         step, functools.partial(step_from_zero, baseline_step), FreshBatches(net, device, seed + 2)
     )
@@ -535,19 +530,23 @@ def check_memory(step: Step, *, points: float) -> float:
     # baseline's peak read 23-39 MB instead of 20 MB: a baseline copy earned partial credit).
     checks.run_alike(step, measure.rss_follows_tensors)
     with captured_stderr():
-        baseline(), candidate()  # warm-up
-    _require_gradients(step, net, batches.last, "the accumulated step")
-    earned = checks.memory(goal, baseline, candidate, points=points)
-    _require_gradients(step, net, batches.last, "the measured accumulated step")
-    return earned
+        baseline(), candidate()  # warm-up (its gradients verified too)
+    return checks.memory(goal, baseline, candidate, points=points)
 
 
-def _require_gradients(
-    step: Step, net: nn.Module, batch: tuple[Tensor, Tensor] | None, what: str
-) -> None:
-    """The gradients the last call of ``step`` left in ``net`` (read where it ran) are the full
-    ``batch``'s (relative error < 1e-3), computed here by :func:`baseline_step` on a copy."""
-    got = checks.beside(step, gradients_left, net)
-    want, _ = grads_after(baseline_step, copy.deepcopy(net), F.cross_entropy, *batch)
-    if not relative_error(got, want) < 1e-3:
-        raise checks.CheckFailed(f"{what} did not produce the full batch's gradients")
+def _full_batch_gradients(net: nn.Module) -> Callable[[tuple, Any], None]:
+    """The memory check's verifier: a measured call's gradients are its batch's, computed
+    here by :func:`baseline_step` on a copy of ``net`` (relative error < 1e-3)."""
+    here = copy.deepcopy(net)
+
+    def verify(args: tuple, got: Any) -> None:
+        _, x, y, *_ = args
+        want, _ = grads_after(baseline_step, here, F.cross_entropy, x, y)
+        if not isinstance(got, list) or any(g is None for g in got):
+            raise checks.CheckFailed("the measured accumulated step left parameters without "
+                                     "gradients")  # fmt: skip
+        if not relative_error(got, want) < 1e-3:
+            raise checks.CheckFailed("the measured accumulated step did not produce the full "
+                                     "batch's gradients")  # fmt: skip
+
+    return verify

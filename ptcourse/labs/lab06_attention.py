@@ -519,7 +519,7 @@ def check_memory(attention_sdpa: Attention, *, points: float) -> float:
         attention_sdpa(q, k, v), baseline_attention(q, k, v)  # warm-up
     print(f"peak memory {problem}; one score matrix {problem.score_bytes() / 2**20:.0f} MB")
     fresh = fresh_inputs(problem, goal.track.device)
-    candidate = checks.timed(attention_sdpa, fresh)
+    candidate = checks.timed(attention_sdpa, fresh, _verify)  # the measured call's output too
     checks.run_alike(attention_sdpa, measure.rss_follows_tensors)  # as the setup cell did here
     baseline = checks.timed_alike(attention_sdpa, baseline_attention, fresh)
     return checks.memory(goal, baseline, candidate, points=points)
@@ -627,7 +627,7 @@ def check_blockwise_memory(attention_blockwise: Attention, *, points: float) -> 
     del got
     print(f"peak memory {problem}; one score matrix {problem.score_bytes() / 2**20:.0f} MB")
     fresh = fresh_inputs(problem, goal.track.device)
-    candidate = checks.timed(attention_blockwise, fresh)
+    candidate = checks.timed(attention_blockwise, fresh, _verify)  # the measured call's output
     checks.run_alike(attention_blockwise, measure.rss_follows_tensors)
     baseline = checks.timed_alike(attention_blockwise, baseline_attention, fresh)
     return checks.memory(goal, baseline, candidate, points=points)

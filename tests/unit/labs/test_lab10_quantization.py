@@ -142,6 +142,7 @@ class _Memo(nn.Module):
     def __init__(self, model):
         super().__init__()
         self.model, self.last = model, None
+        self.eval()  # a Module starts in training mode: the check restores it after scoring
 
     def forward(self, tokens):
         if self.last is None or self.last[0] is not tokens:
@@ -155,6 +156,7 @@ class _Twice(nn.Module):
     def __init__(self, model):
         super().__init__()
         self.model = model
+        self.eval()
 
     def forward(self, tokens):
         self.model(tokens)
