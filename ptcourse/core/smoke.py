@@ -19,13 +19,18 @@ def is_smoke() -> bool:
     return os.environ.get(ENV_VAR, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def set_smoke(on: bool) -> bool:
+def set_smoke(on: bool, lab: str | None = None) -> bool:
     """Turn smoke mode on or off for this process and its children; returns the new state.
 
-    A notebook calls ``set_smoke(SMOKE or is_smoke())`` so that either the papermill parameter
-    or the inherited environment variable switches it on.
+    A notebook calls ``set_smoke(SMOKE or is_smoke(), lab="NN")`` so that either the papermill
+    parameter or the inherited environment variable switches it on; at full size it then says
+    how long lab ``NN`` will take on this machine, from a short probe (:mod:`.estimate`).
     """
     os.environ[ENV_VAR] = "1" if on else "0"
+    if lab is not None and not on:
+        from ptcourse.core import estimate
+
+        print(estimate.full_size_line(lab))
     return on
 
 

@@ -51,6 +51,10 @@ def _run(args: argparse.Namespace) -> int:
     folder = "labs" if args.labs_version else "solutions"
     labs = paths.course_labs(args.labs)
     mode = "smoke sizes" if size else "full sizes"
+    if not size:
+        from ptcourse.core import estimate
+
+        print(estimate.run_plan([each.number for each in labs], args.lanes))
     bar = tqdm(total=len(labs), desc="labs", unit="lab", disable=not sys.stderr.isatty())
 
     def done(run: execute.LabRun, count: int, total: int) -> None:

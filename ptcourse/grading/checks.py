@@ -1,6 +1,7 @@
 """The check contract: measure, print one line, return the points, raise below the floor.
 
-Each lab module's ``check_<id>`` functions grade through these: :func:`speedup`,
+Each lab module's ``check_<id>`` functions grade through these (and reach the answer through
+the four functions :mod:`ptcourse.grading.protocol` describes): :func:`speedup`,
 :func:`relative_speedup` (against the reference solution timed in the same run), :func:`memory`
 and :func:`value` measure and hand the value to :func:`score`, which compares it with the row's
 target for this machine's track (a :class:`~ptcourse.grading.targets.Goal`), prints one clear
@@ -11,9 +12,11 @@ shows in feedback. Nothing a check does reaches stderr: nbgrader would score the
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
+import math
 import os
 import secrets
 from collections.abc import Callable
@@ -121,6 +124,86 @@ def timed(
     return run
 
 
+def judged(answer: Any) -> bool:
+    """Whether ``answer`` lives in the judge's worker (its calls are the student's process's)."""
+    return getattr(type(answer), "timed", None) is not None
+
+
+class Replay:
+    """The verifier of a stateful training step, ``step(model, optimizer, *batch) -> loss``,
+    timed on the same model and optimizer call after call: the judge replays every call, in
+    order, on its own copy of both with a trusted ``step``, and each returned loss must agree
+    with the replay's within ``loss_tolerance`` (relative). :meth:`weights` then compares the
+    weights the timed calls left with the replay's. A step that skips work, returns a constant
+    or trains something else drifts from the replay within a few calls.
+
+    Build it from the model and optimizer the timed calls will start from (copied here), and
+    pass it as ``verify`` to :func:`timed`: it ``sees_every_call``."""
+
+    sees_every_call = True
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | Callable[[torch.nn.Module], torch.optim.Optimizer],
+        step: Callable[..., Any],
+        *,
+        loss_tolerance: float,
+        what: str = "a timed step",
+    ) -> None:
+        """``optimizer``: the timed calls' own (copied with the model), or a function that
+        makes the replay's for its copy of the model (where the step's optimizer lives in the
+        worker)."""
+        if isinstance(optimizer, torch.optim.Optimizer):
+            self.model, self.optimizer = copy.deepcopy((model, optimizer))
+        else:
+            self.model = copy.deepcopy(model)
+            self.optimizer = optimizer(self.model)
+        self.start = [p.detach().clone() for p in self.model.parameters()]
+        self.step, self.tolerance, self.what = step, loss_tolerance, what
+        self.calls, self.worst = 0, 0.0
+
+    def __call__(self, args: tuple, loss: Any) -> None:
+        _, _, *batch = args
+        want = float(self.step(self.model, self.optimizer, *batch))
+        try:
+            got = float(loss)
+        except (TypeError, ValueError, RuntimeError):
+            got = math.nan
+        self.calls += 1
+        off = abs(got - want) / max(abs(want), 1e-6)
+        self.worst = max(self.worst, off) if math.isfinite(off) else math.inf
+        if not off <= self.tolerance:
+            raise CheckFailed(
+                f"{self.what} returned the loss {got:.6g} at call {self.calls}, where the judge's "
+                f"replay of the same batches from the same weights computed {want:.6g}: not "
+                "this training step"
+            )
+
+    def weights(self, got: list[torch.Tensor], at_most: float) -> float:
+        """How far the weights the timed calls left (``got``, read in the worker) are from the
+        replay's, as a share of how far the replay moved them; CheckFailed above
+        ``at_most``. Returns the share."""
+        want = [p.detach() for p in self.model.parameters()]
+        shapes = [g.shape if isinstance(g, torch.Tensor) else None for g in got]
+        if shapes != [w.shape for w in want]:
+            raise CheckFailed(f"{self.what}: the model's parameters changed shape")
+        moved = _distance(want, self.start)
+        share = _distance([g.float() for g in got], [w.float() for w in want]) / max(moved, 1e-12)
+        if not share <= at_most:
+            raise CheckFailed(
+                f"{self.what}: after {self.calls} timed calls the weights are {share:.2f} of the "
+                f"replay's movement away from the replay's weights (at most {at_most}): the "
+                "calls did not all train"
+            )
+        return share
+
+
+def _distance(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    squares = (float(((x.double() - y.double()) ** 2).sum()) for x, y in zip(a, b, strict=True))
+    return math.sqrt(sum(squares))
+
+
 def timed_alike(
     answer: Any,
     fn: Callable[..., Any],
@@ -133,7 +216,7 @@ def timed_alike(
     inputs drawn once; in the judge ``fn`` (a module-level function or a picklable callable)
     runs in a trusted twin of the answer's sandboxed worker, so a ratio compares like with like.
     Arguments that carry state between calls (a model, an optimizer) are sent once and kept."""
-    remote = getattr(type(answer), "alike", None)
+    remote = getattr(type(answer), "timed_alike", None)
     if remote is not None:
         return remote(answer, fn, make_args, inference=inference)
     args = make_args()
@@ -146,7 +229,7 @@ def run_alike(answer: Any, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` — the grader's own measurement (a reference timing) — run the way
     ``answer`` runs: here in a notebook, in the trusted twin of the answer's worker in the judge
     (``fn`` must then be a module-level function; it returns data)."""
-    remote = getattr(type(answer), "in_twin", None)
+    remote = getattr(type(answer), "run_alike", None)
     return remote(answer, fn, *args) if remote is not None else fn(*args)
 
 

@@ -153,18 +153,24 @@ class CgroupV1(Accounting):
 class CgroupV2(Accounting):
     kind = "cgroup v2 (cpu, memory, freeze, pids)"
 
-    def __init__(self, parent: Path, processes: int) -> None:
-        self.dir = parent / f"ptcourse-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.dir.mkdir()
-        try:
-            _write(self.dir / "pids.max", str(processes))
-            self._resettable = True
-            self.reset_peak()
-        except OSError:
-            self._resettable = False
-        if not (self.dir / "memory.current").exists() or not (self.dir / "cpu.stat").exists():
-            self.dir.rmdir()
+    def __init__(self, folder: Path, processes: int) -> None:
+        """A group in ``folder`` (made by :meth:`make`)."""
+        self.dir = folder
+        if not (folder / "memory.current").exists() or not (folder / "cpu.stat").exists():
             raise OSError("the parent group does not delegate the memory and cpu controllers")
+        _write(folder / "pids.max", str(processes))
+        self._resettable = True
+        self.reset_peak()
+
+    @classmethod
+    def make(cls, parent: Path, processes: int) -> CgroupV2:
+        folder = parent / f"ptcourse-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        folder.mkdir()
+        try:
+            return cls(folder, processes)
+        except OSError:
+            folder.rmdir()
+            raise
 
     def join(self) -> None:
         _write(self.dir / "cgroup.procs", str(os.getpid()))
@@ -304,5 +310,5 @@ def for_sandbox(processes: int) -> Accounting:
         parent = _own_v2_group() if (V2 / "cgroup.controllers").exists() else None
         if parent is not None:
             with contextlib.suppress(OSError):
-                return CgroupV2(parent, processes)
+                return CgroupV2.make(parent, processes)
     return PerProcess()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 SCRATCH = "/tmp/work"
 SUBMISSION = "/tmp/submission"
+EXCHANGE = "/tmp/exchange"  # the judge's input tensors (ptcourse.judge.remote.Exchange)
 HIDDEN = ("/home", "/root", "/run", "/var/tmp", "/mnt", "/media")
 
 
@@ -80,6 +81,7 @@ def command(
     hidden: list[Path],
     limits: Limits,
     env: dict[str, str],
+    exchange: Path | None = None,
 ) -> list[str]:
     """``argv`` wrapped in bubblewrap and prlimit.
 
@@ -99,6 +101,8 @@ def command(
             wrap += ["--tmpfs", str(folder)]
     wrap += ["--dir", SCRATCH]
     wrap += ["--ro-bind", str(submission), SUBMISSION, "--chdir", SCRATCH]
+    if exchange is not None:  # written by the judge, read (and writable) here
+        wrap += ["--bind", str(exchange), EXCHANGE]
     wrap += ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
     private = {
         "HOME": f"{SCRATCH}/home",

@@ -2,10 +2,11 @@
 
 It executes the notebook's cells one at a time in an IPython shell, as the judge sends them,
 and then answers the judge's calls on the names they defined. Requests arrive pickled from the
-judge (trusted, so unpickling them here is safe); every reply is written with ``torch.save``
-and read by the judge with ``torch.load(weights_only=True)``: tensors, numbers, strings and
-containers of them. Anything else (a function, a module, an iterator) stays here and travels as
-a reference, ``{"__ref__": id, "type": name}``, that the judge can call.
+judge (trusted, so unpickling them here is safe), large input tensors through the exchange file;
+every reply is data in :mod:`ptcourse.judge.wire`'s format, which the judge reads without
+running code: tensors, numbers, strings and containers of them. Anything else (a function, a
+module, an iterator) stays here and travels as a reference, ``{"__ref__": id, "type": name}``,
+that the judge can call.
 
 Run as ``python -I -m ptcourse.judge.worker`` (isolated mode: the working folder is not on
 ``sys.path``, so a file submitted beside the notebook cannot shadow a module).
@@ -27,6 +28,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import torch
+
+from ptcourse.judge import wire
 
 HEADER = struct.Struct("<Q")
 DATA = (torch.Tensor, int, float, complex, str, bytes, bool, type(None), torch.dtype, torch.Size)
@@ -61,6 +64,14 @@ def write_message(stream: BinaryIO, payload: bytes) -> None:
     stream.flush()
 
 
+def write_pieces(stream: BinaryIO, pieces: list[bytes | memoryview]) -> None:
+    """One message made of several pieces (a reply's skeleton and its tensors' bytes)."""
+    stream.write(HEADER.pack(sum(len(piece) for piece in pieces)))
+    for piece in pieces:
+        stream.write(piece)
+    stream.flush()
+
+
 class Objects:
     """What the judge holds references to, by id."""
 
@@ -86,16 +97,43 @@ class Objects:
         return self.keep(obj)
 
 
-class Requests(pickle.Unpickler):
-    """The judge's pickles, with its references resolved to the objects kept here, and the
-    course's own functions and classes (a check's harness, its diagnostics, a reference) taken
-    from copies of ``ptcourse`` read from disk, not from the modules the notebook could patch."""
+EXCHANGE_ENV = "PTCOURSE_EXCHANGE"
 
-    def __init__(self, payload: bytes, objects: Objects) -> None:
+
+class Exchange:
+    """The file the judge writes large input tensors into while this process is frozen (shared
+    memory: no copy through the pipe, and no memory of this sandbox's); a request refers to
+    them by offset, and they are read here, without a copy, once the request has arrived."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path, self.size, self.view = path, 0, None
+
+    def tensor(self, offset: int, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
+        import mmap
+
+        size = os.path.getsize(self.path)
+        if size != self.size:
+            with open(self.path, "r+b") as f:
+                self.view, self.size = mmap.mmap(f.fileno(), size), size
+        kind = getattr(torch, dtype.removeprefix("torch."))
+        count = int(np.prod(shape, dtype=np.int64))
+        flat = torch.frombuffer(self.view, dtype=kind, count=count, offset=offset)
+        return flat.view(shape)
+
+
+class Requests(pickle.Unpickler):
+    """The judge's pickles, with its references resolved to the objects kept here (and large
+    input tensors to the :class:`Exchange`), and the course's own functions and classes (a
+    check's harness, its diagnostics, a reference) taken from copies of ``ptcourse`` read from
+    disk, not from the modules the notebook could patch."""
+
+    def __init__(self, payload: bytes, objects: Objects, exchange: Exchange) -> None:
         super().__init__(io.BytesIO(payload))
-        self.objects = objects
+        self.objects, self.exchange = objects, exchange
 
     def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple) and pid[0] == "exchange":
+            return self.exchange.tensor(*pid[1:])
         return self.objects.by_id[pid]
 
     def find_class(self, module: str, name: str) -> Any:
@@ -277,24 +315,23 @@ def _copy_submission() -> None:
 
 def serve(requests: BinaryIO, replies: BinaryIO) -> None:
     worker = Worker()
+    exchange = Exchange(os.environ.get(EXCHANGE_ENV))
     while True:
         try:
             payload = read_message(requests)
         except EOFError:
             return
         try:
-            op, *args = Requests(payload, worker.objects).load()
+            op, *args = Requests(payload, worker.objects, exchange).load()
             reply = {"ok": True, "value": getattr(worker, op)(*args)}
         except BaseException as error:  # noqa: BLE001 - every failure goes back to the judge
             text = "".join(traceback.format_exception_only(type(error), error)).strip()
             reply = {"ok": False, "error": text[-2000:]}
-        buffer = io.BytesIO()
         try:
-            torch.save(reply, buffer)
-        except Exception as error:  # noqa: BLE001 - an unsavable value is the student's bug
-            buffer = io.BytesIO()
-            torch.save({"ok": False, "error": f"cannot send the value back: {error}"}, buffer)
-        write_message(replies, buffer.getvalue())
+            pieces = wire.dumps(reply)
+        except Exception as error:  # noqa: BLE001 - an unsendable value is the student's bug
+            pieces = wire.dumps({"ok": False, "error": f"cannot send the value back: {error}"})
+        write_pieces(replies, pieces)
 
 
 def main() -> None:

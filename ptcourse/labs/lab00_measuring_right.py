@@ -431,33 +431,68 @@ class MatmulWork:
         return functools.partial(torch.mm, a, b), _no_sync
 
 
+@functools.cache
+def _unit_matrix() -> torch.Tensor:
+    return torch.randn(128, 128, generator=torch.Generator().manual_seed(0))
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Real work of a size, not of a duration: ``units`` products of a 128 x 128 matrix (about
+    70 us each at one thread on the course's VMs). How long it takes depends on the machine
+    and its load, so only measuring tells: the graded workloads are made of it, and a timer
+    that reads its argument finds a count of products, not the answer."""
+
+    units: int
+
+    def __call__(self) -> None:
+        a = _unit_matrix()
+        for _ in range(self.units):
+            torch.mm(a, a)
+
+
+def warming_compute(first_units: int, steady_units: int, slow_calls: int) -> Work:
+    """:func:`warming` with real work: the first ``slow_calls`` calls do ``first_units`` of
+    :class:`Compute`, later ones ``steady_units``."""
+    calls = 0
+
+    def work() -> None:
+        nonlocal calls
+        calls += 1
+        Compute(first_units if calls <= slow_calls else steady_units)()
+
+    return work
+
+
 @dataclass(frozen=True)
 class WarmingWork:
-    """Fresh (fn, sync) pairs: a cold :func:`warming` callable each time."""
+    """Fresh (fn, sync) pairs: a cold :func:`warming_compute` callable each time."""
 
-    first_s: float
-    steady_s: float
+    first_units: int
+    steady_units: int
     slow_calls: int
 
     def __call__(self) -> tuple[Work, Work]:
-        return warming(self.first_s, self.steady_s, self.slow_calls), _no_sync
+        work = warming_compute(self.first_units, self.steady_units, self.slow_calls)
+        return work, _no_sync
 
 
 class KernelWork:
-    """Fresh (fn, sync) pairs: launch a ``seconds`` kernel on a :class:`SimulatedDevice` (one
-    per process that uses it, made on first use), synchronise that device."""
+    """Fresh (fn, sync) pairs: launch ``units`` of :class:`Compute` on a
+    :class:`SimulatedDevice` (one per process that uses it, made on first use): it runs on the
+    device's thread while the launch returns; synchronise that device to wait for it."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self, units: int) -> None:
+        self.units = units
         self.device: SimulatedDevice | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "device": None}
+        return {"units": self.units, "device": None}
 
     def __call__(self) -> tuple[Work, Work]:
         if self.device is None:
             self.device = SimulatedDevice()
-        return functools.partial(self.device.launch, kernel(self.seconds)), self.device.synchronize
+        return functools.partial(self.device.launch, Compute(self.units)), self.device.synchronize
 
     def close(self) -> None:
         if self.device is not None:
@@ -489,10 +524,11 @@ def check_time_it_compute(time_it: Callable[..., float], *, points: float) -> fl
 
 
 def check_time_it_warmup(time_it: Callable[..., float], *, points: float) -> float:
-    """``time_it`` on a function whose first 5 calls (the warm-up asked for) are slow."""
+    """``time_it`` on a function whose first 5 calls (the warm-up asked for) are slow: a
+    secret amount of real work (about 30-50 ms, then 5-10 ms)."""
     gen = checks.secret_generator()
-    first = 0.04 + 0.02 * float(torch.rand(1, generator=gen))
-    steady = 0.006 + 0.006 * float(torch.rand(1, generator=gen))
+    first = 450 + int(torch.randint(251, (1,), generator=gen))
+    steady = 70 + int(torch.randint(71, (1,), generator=gen))
     workload = WarmingWork(first, steady, slow_calls=5)
 
     def error() -> float:
@@ -502,9 +538,9 @@ def check_time_it_warmup(time_it: Callable[..., float], *, points: float) -> flo
 
 
 def check_time_it_async(time_it: Callable[..., float], *, points: float) -> float:
-    """``time_it`` on an asynchronous kernel of a secret duration (10-20 ms)."""
+    """``time_it`` on an asynchronous kernel of a secret amount of real work (about 8-17 ms)."""
     gen = checks.secret_generator()
-    workload = KernelWork(0.010 + 0.010 * float(torch.rand(1, generator=gen)))
+    workload = KernelWork(120 + int(torch.randint(121, (1,), generator=gen)))
 
     def error() -> float:
         return timer_error(time_it, workload, repeats=15).error
@@ -518,11 +554,15 @@ def check_time_it_async(time_it: Callable[..., float], *, points: float) -> floa
 QUICK_WORKLOADS = {  # fixed, public sizes; the hidden checks draw theirs from a secret seed
     "time_it_compute": ("a 512² matmul on this CPU", lambda: MatmulWork(512, 0), {}),
     "time_it_warmup": (
-        "5 first calls of 50 ms, then 8 ms",
-        lambda: WarmingWork(0.05, 0.008, slow_calls=5),
+        "5 first calls of 600 matrix products, then 100",
+        lambda: WarmingWork(600, 100, slow_calls=5),
         {"warmup": 5, "repeats": 9},
     ),
-    "time_it_async": ("an asynchronous 15 ms kernel", lambda: KernelWork(0.015), {"repeats": 15}),
+    "time_it_async": (
+        "an asynchronous kernel of 180 matrix products",
+        lambda: KernelWork(180),
+        {"repeats": 15},
+    ),
 }
 
 

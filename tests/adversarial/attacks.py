@@ -236,6 +236,114 @@ def _no_work(cached_batches, cache, batch_size, seed, count, device):
 lab.pull_batches = _no_work  # the speed check's harness, which runs in the worker
 """
 
+# --- Classes against the judge's protocol and accounting (issue "the judge trusts only what it
+# sees from outside"): each on a slow base, so any time or memory it buys shows as points.
+
+# The worker's own request loop, patched: every block's outputs are the first call's, repeated
+# (a tenth of the work). The outputs drawn after the block catch it.
+PATCH_THE_WORKER = """
+import sys
+_worker = sys.modules["__main__"]
+if hasattr(_worker, "Worker"):
+    def _run(self, target, arg_sets, threads, inference):
+        first = self.objects.encode(target(*arg_sets[0]))
+        return [first] * len(arg_sets)
+    _worker.Worker.run = _run
+"""
+
+# The work done in a child process: its time and memory are not the worker's (per-process
+# accounting listed the worker's processes before the call; a control group counts them all).
+IN_A_CHILD = """
+import multiprocessing as _mp
+_ctx = _mp.get_context("fork")
+_own = attention_sdpa
+
+def _in_child(q, k, v, mask, out):
+    out.put(_own(q, k, v, mask))
+
+def attention_sdpa(q, k, v, mask=None):
+    out = _ctx.Queue()
+    child = _ctx.Process(target=_in_child, args=(q, k, v, mask, out))
+    child.start()
+    result = out.get()
+    child.join()
+    return result
+"""
+
+# Processes that keep forking short-lived busy children, meant to run while the baseline is
+# timed: the freezer stops the whole group at once, a fork mid-freeze included.
+FORK_WHILE_FROZEN = f"""
+import subprocess, sys
+_SPAWNER = (
+    "import os, time\\n"
+    "while True:\\n"
+    "    if os.fork() == 0:\\n"
+    "        end = time.time() + 0.05\\n"
+    "        while time.time() < end:\\n"
+    "            pass\\n"
+    "        os._exit(0)\\n"
+    "    os.wait()\\n"
+)
+subprocess.Popen(
+    [sys.executable, "-c", _SPAWNER, "{MARKER}"],
+    start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+)
+"""
+
+# Less work when timed: the answer looks at its caller and returns zeros inside a timed block.
+STACK_AWARE = """
+import inspect, torch
+_honest = attention_sdpa
+
+def attention_sdpa(q, k, v, mask=None):
+    if any(frame.function in ("run", "keep") for frame in inspect.stack()[1:6]):
+        return torch.zeros_like(q)
+    return _honest(q, k, v, mask)
+"""
+
+# Lab 06: the memory-measured call returns zeros of the right shape for large inputs.
+ZEROS_WHEN_LARGE = """
+import torch
+_honest = attention_sdpa
+
+def attention_sdpa(q, k, v, mask=None):
+    if q.shape[-2] >= 2048:
+        return torch.zeros_like(q)
+    return _honest(q, k, v, mask)
+"""
+
+# Lab 09: the fixed step trains for three calls, then returns a plausible constant loss.
+PLAUSIBLE_LOSS = """
+_calls = [0]
+_honest_step = fast_step
+
+def fast_step(model, opt, tokens, labels):
+    _calls[0] += 1
+    if _calls[0] <= 3:
+        return _honest_step(model, opt, tokens, labels)
+    return 1.3
+"""
+
+
+# Lab 00: a timer that reads the answer off the workload it is handed (a kernel's or a warming
+# function's duration) instead of measuring; the graded workloads carry amounts of work only.
+READ_THE_WORKLOAD = """
+import functools
+_naive = time_it
+
+def time_it(fn, *, sync=lambda: None, warmup=3, repeats=20):
+    target = fn.args[0] if isinstance(fn, functools.partial) and fn.args else fn
+    for name in ("seconds", "steady_s"):
+        if isinstance(getattr(target, name, None), float):
+            return getattr(target, name)
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
+    numbers = [c for c in cells if isinstance(c, float)]
+    if len(numbers) >= 2:
+        return numbers[-1]
+    return _naive(fn, sync=sync, warmup=warmup, repeats=repeats)
+"""
+
+
 ATTACKS = (
     Attack("rewrite_later_cells", "06", "blank", start=(REWRITE_LATER_CELLS,), in_slice=True),
     Attack("patch_graders_and_files", "06", "blank", start=(PATCH_GRADERS,), in_slice=True),
@@ -264,4 +372,13 @@ ATTACKS = (
     Attack("rig_the_counts_12", "12", "baseline", end=(RIG_THE_COUNTS,)),
     Attack("rig_the_line_13", "13", "baseline", end=(RIG_THE_LINE,)),
     Attack("honest_noise", "06", "reference", end=(HONEST_NOISE,), honest=True, in_slice=True),
+    Attack("patch_the_worker_06", "06", "baseline", end=(PATCH_THE_WORKER,), in_slice=True),
+    Attack("in_a_child_06", "06", "baseline", end=(IN_A_CHILD,), in_slice=True),
+    Attack("fork_while_frozen_06", "06", "baseline", start=(FORK_WHILE_FROZEN,)),
+    Attack("stack_aware_06", "06", "baseline", end=(STACK_AWARE,)),
+    Attack("zeros_when_large_06", "06", "reference", end=(ZEROS_WHEN_LARGE,)),
+    Attack("plausible_loss_09", "09", "reference", end=(PLAUSIBLE_LOSS,), in_slice=True),
+    Attack("patch_the_worker_09", "09", "baseline", end=(PATCH_THE_WORKER,)),
+    Attack("patch_the_worker_13", "13", "baseline", end=(PATCH_THE_WORKER,)),
+    Attack("read_the_workload_00", "00", "baseline", end=(READ_THE_WORKLOAD,)),
 )
