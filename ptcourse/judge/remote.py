@@ -275,12 +275,14 @@ class WorkerProcess:
         self.process = None
         self.exchange.remove()
 
-    def encode(self, op: str, *args: Any) -> bytes:
-        """A request as the bytes :meth:`send_bytes` sends (made before a clock starts, while
-        the worker is frozen: its large tensors go to the exchange file)."""
+    def encode(self, op: str, *args: Any, exchange: bool = False) -> bytes:
+        """A request as the bytes :meth:`send_bytes` sends. With ``exchange`` (a measured
+        block's inputs, made while the worker is frozen) its large tensors go to the exchange
+        file, rewritten for every block: never for what lasts in the worker (a mirrored model,
+        a kept object), which would then change under it."""
         buffer = io.BytesIO()
         self.exchange.begin()
-        Pickler(buffer, self.mirrors, self.exchange).dump((op, *args))
+        Pickler(buffer, self.mirrors, self.exchange if exchange else None).dump((op, *args))
         return buffer.getvalue()
 
     def send(self, op: str, *args: Any) -> None:
@@ -518,7 +520,8 @@ class RemoteCall(TimedElsewhere):
         if not isinstance(self.target, Remote):
             lasting.insert(0, self.target)
         self.worker.mirror(*lasting)
-        return self.worker.encode(op, self.target, arg_sets, self.threads, self.inference)
+        options = (self.threads, self.inference)
+        return self.worker.encode(op, self.target, arg_sets, *options, exchange=True)
 
     def _check(self, arg_sets: list[tuple], outputs: Any) -> None:
         if self.verify is None:  # the trusted twin's own code (a baseline, a reference)

@@ -797,8 +797,11 @@ def _speed(which: str, step: Callable[..., Any], points: float, seed: int) -> fl
 
 # The timed calls of a step against the judge's replay of the same batches with reference_step
 # (bf16 autocast, AdamW): the loss of every call (relative) and the weights at the end (a share
-# of how far the replay moved them). Loose: a right step may cast differently from the reference.
-REPLAY_LOSS_TOLERANCE, REPLAY_WEIGHTS = 0.05, 0.5
+# of how far the replay moved them). A right step may cast differently from the reference:
+# reference_scaled_step (with a GradScaler) replayed against it over 13 text steps stayed within
+# 1.3e-4 (losses) and 0.019 (weights); the solution's step 0 and 0 in the judge (Intel AMX VM,
+# 2026-12-07). A step that skips a tenth of its updates is a tenth of the movement short.
+REPLAY_LOSS_TOLERANCE, REPLAY_WEIGHTS = 0.02, 0.08
 
 
 def parameters_of(step: Callable[..., Any], model: nn.Module) -> list[Tensor]:
