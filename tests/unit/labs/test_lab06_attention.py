@@ -170,7 +170,7 @@ def _unmasked_naive(q, k, v, mask=None):
 def test_check_naive_wants_right_values_and_no_fused_kernel(graded, capsys):
     assert attention.check_naive(models.naive_attention, points=2) == 2.0
     assert "all 5 cases" in capsys.readouterr().out
-    with pytest.raises(checks.CheckFailed, match="called"):
+    with pytest.raises(checks.CheckFailed, match="makes the L x L scores"):
         attention.check_naive(attention.reference_sdpa, points=2)
     with pytest.raises(checks.CheckFailed, match="max abs difference"):
         attention.check_naive(_unmasked_naive, points=2)
@@ -178,7 +178,7 @@ def test_check_naive_wants_right_values_and_no_fused_kernel(graded, capsys):
 
 def test_check_sdpa_wants_right_values_through_a_fused_kernel(graded):
     assert attention.check_sdpa(attention.reference_sdpa, points=2) == 2.0
-    with pytest.raises(checks.CheckFailed, match="no fused attention kernel"):
+    with pytest.raises(checks.CheckFailed, match="a fused kernel keeps under"):
         attention.check_sdpa(attention.baseline_attention, points=2)  # the naive one pasted
     with pytest.raises(checks.CheckFailed, match="max abs difference"):
         attention.check_sdpa(_wrong, points=2)
