@@ -31,6 +31,10 @@ from ptcourse.judge.remote import WorkerError, WorkerGone, WorkerLate, WorkerPro
 
 BEGIN, END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 UNSANDBOXED = "UNSANDBOXED (no bubblewrap here: student code could reach the whole machine)"
+PER_PROCESS = (
+    "PER-PROCESS ACCOUNTING (no control group could be made here: time and memory are summed "
+    "over the worker's processes as /proc lists them, and a short-lived child can escape them)"
+)
 GRACE_S = 10.0
 # What the worker inherits: the course's switches and what decides which kernels run, so that
 # the worker and the judge (its baseline, its reference) see the same CPU.
@@ -199,6 +203,8 @@ def judge_notebook(
             if cell.cell_type == "code":
                 started = time.monotonic()
                 cell.outputs, mark = plan.grade(judge, index, cell)
+                if mark and not worker.accounting.exact:
+                    cell.outputs.insert(0, _stream(f"{PER_PROCESS}\n"))
                 if mark and missing:
                     cell.outputs.insert(0, _stream(f"{UNSANDBOXED}: {missing}\n"))
                 cell.metadata["ptcourse"] = {
@@ -208,7 +214,11 @@ def judge_notebook(
                 }
     finally:
         worker.kill()
-    nb.metadata["ptcourse"] = {"judge_log": judge.log, "sandbox": missing or "bubblewrap"}
+    nb.metadata["ptcourse"] = {
+        "judge_log": judge.log,
+        "sandbox": missing or "bubblewrap",
+        "accounting": worker.accounting.kind,
+    }
     return nb
 
 

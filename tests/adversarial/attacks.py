@@ -301,7 +301,8 @@ def attention_sdpa(q, k, v, mask=None):
     return _honest(q, k, v, mask)
 """
 
-# Lab 06: the memory-measured call returns zeros of the right shape for large inputs.
+# Lab 06: the memory-measured call returns zeros of the right shape for large inputs (on the
+# naive baseline, whose memory points a zeros answer would otherwise buy).
 ZEROS_WHEN_LARGE = """
 import torch
 _honest = attention_sdpa
@@ -312,7 +313,7 @@ def attention_sdpa(q, k, v, mask=None):
     return _honest(q, k, v, mask)
 """
 
-# Lab 09: the fixed step trains for three calls, then returns a plausible constant loss.
+# Lab 09: the slow step trains for three calls, then returns a plausible constant loss (fast).
 PLAUSIBLE_LOSS = """
 _calls = [0]
 _honest_step = fast_step
@@ -376,8 +377,8 @@ ATTACKS = (
     Attack("in_a_child_06", "06", "baseline", end=(IN_A_CHILD,), in_slice=True),
     Attack("fork_while_frozen_06", "06", "baseline", start=(FORK_WHILE_FROZEN,)),
     Attack("stack_aware_06", "06", "baseline", end=(STACK_AWARE,)),
-    Attack("zeros_when_large_06", "06", "reference", end=(ZEROS_WHEN_LARGE,)),
-    Attack("plausible_loss_09", "09", "reference", end=(PLAUSIBLE_LOSS,), in_slice=True),
+    Attack("zeros_when_large_06", "06", "baseline", end=(ZEROS_WHEN_LARGE,)),
+    Attack("plausible_loss_09", "09", "baseline", end=(PLAUSIBLE_LOSS,), in_slice=True),
     Attack("patch_the_worker_09", "09", "baseline", end=(PATCH_THE_WORKER,)),
     Attack("patch_the_worker_13", "13", "baseline", end=(PATCH_THE_WORKER,)),
     Attack("read_the_workload_00", "00", "baseline", end=(READ_THE_WORKLOAD,)),

@@ -191,3 +191,22 @@ def test_the_worker_sees_the_cpu_the_judge_sees(tmp_path, monkeypatch):
         cell_timeout=120, hidden=[], readable=readable(),
     )  # fmt: skip
     assert out.cells[0].outputs[-1].text == "DEFAULT AVX2\n"
+
+
+def test_a_judge_without_a_control_group_says_so(tmp_path, monkeypatch):
+    from judged import readable
+
+    from ptcourse.judge.judge import judge_notebook
+
+    monkeypatch.setenv("PTCOURSE_ACCOUNTING", "proc")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(1)")]
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Py"}
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    (tmp_path / "submission").mkdir()
+    out = judge_notebook(
+        "06", path, tmp_path / "submission", tmp_path / "scratch",
+        cell_timeout=120, hidden=[], readable=readable(),
+    )  # fmt: skip
+    assert out.metadata["ptcourse"]["accounting"].startswith("per process")
