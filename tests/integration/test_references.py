@@ -98,8 +98,8 @@ IN_BACKTICKS = re.compile(r"`([^`]+)`")
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
 def test_names_the_text_gives_through_the_notebooks_imports_exist(lab):
-    """`export.MedianNorm` in the text, where the notebook imported ptcourse.labs.lab07_export as
-    export, is a real attribute: a student types what the text says."""
+    """`lab.MedianNorm` in the text, where the notebook imported ptcourse.labs.lab07_export as
+    lab, is a real attribute: a student types what the text says."""
     cells = sources(lab.number)
     aliases = {
         alias or name: f"{module}.{name}"

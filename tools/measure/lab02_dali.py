@@ -51,7 +51,7 @@ def notebook_namespace() -> dict[str, Any]:
     space: dict[str, Any] = {
         "torch": torch,
         "loaders": loaders,
-        "dali_pipeline": dali_pipeline,
+        "lab": dali_pipeline,
         "SPEC": loaders.SPEC,
         "SIZE": loaders.SPEC.size,
         "pipeline_def": dali_pipeline.missing_pipeline_def,

@@ -58,7 +58,7 @@ def solution_block(lab: Any) -> type[nn.Module]:
     notebook = ROOT / "solutions" / LAB.name / f"{LAB.name}.ipynb"
     for cell in json.loads(notebook.read_text())["cells"]:
         if cell["metadata"].get("nbgrader", {}).get("grade_id") == "efficient_block":
-            names: dict[str, Any] = {"nn": nn, "torch": torch, "blocks": lab}
+            names: dict[str, Any] = {"nn": nn, "torch": torch, "lab": lab}
             exec("".join(cell["source"]), names)
             return names["EfficientBlock"]
     raise KeyError(f"no efficient_block cell in {notebook}")

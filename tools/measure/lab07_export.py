@@ -46,7 +46,7 @@ EXERCISE = "export_exercise"
 
 def exported(source: str) -> tuple[Any, Any]:
     """Run the exercise cell ``source`` as the notebook does: (ort_runner, onnx_model)."""
-    space: dict[str, Any] = {"torch": torch, "onnx_runtime": onnx_runtime, "export": export}
+    space: dict[str, Any] = {"torch": torch, "onnx_runtime": onnx_runtime, "lab": export}
     exec(compile(source, f"<{EXERCISE}>", "exec"), space)
     s = export.sizes()
     classifier = export.inspection_classifier(seed=0)

@@ -41,7 +41,7 @@ EXERCISE = "inference"
 
 
 def answer_from(source: str) -> Callable[[Any], Any]:
-    space: dict[str, Any] = {"torch": torch, "compile_lab": compile_lab}
+    space: dict[str, Any] = {"torch": torch, "lab": compile_lab}
     exec(compile(source, f"<{EXERCISE}>", "exec"), space)
     return space["compile_for_inference"]
 

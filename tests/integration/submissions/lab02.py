@@ -11,7 +11,7 @@ but it must score 0 on the speed check. No looper: the ungraded measurement cell
 PER_SAMPLE_TVIO = '''
 def tvio_batch(paths, size=SIZE):
     """Baseline-equivalent: PIL decode and the torchvision reference, one image at a time."""
-    return dali_pipeline.reference_batch(paths)
+    return lab.reference_batch(paths)
 '''
 
 PIL_IN_DALI = '''
@@ -27,7 +27,7 @@ def inspection_pipeline(paths, labels, size, train, shuffle, gpu):
     jpegs, label = fn.readers.file(
         files=paths, labels=labels, random_shuffle=shuffle, name="reader"
     )
-    transform = loaders.baseline_transform() if train else dali_pipeline.eval_transform()
+    transform = loaders.baseline_transform() if train else lab.eval_transform()
 
     def pil(encoded):
         with Image.open(io.BytesIO(np.asarray(encoded).tobytes())) as image:
@@ -39,7 +39,7 @@ def inspection_pipeline(paths, labels, size, train, shuffle, gpu):
 PIL_LOADER = '''
 def dali_loader(files, batch_size, size=SIZE, train=True, shuffle=True, seed=0, device_id=None):
     """Baseline-equivalent: Lab 01's PIL loader."""
-    yield from dali_pipeline.pil_loader(files, batch_size, train=train, shuffle=shuffle)
+    yield from lab.pil_loader(files, batch_size, train=train, shuffle=shuffle)
 '''
 
 VARIANT = {

@@ -15,7 +15,7 @@ class EfficientBlock(nn.Module):
 
     def __init__(self, c_in, c_out, stride=1):
         super().__init__()
-        self.body = blocks.baseline_block(c_in, c_out, stride)
+        self.body = lab.baseline_block(c_in, c_out, stride)
 
     def forward(self, x):
         return self.body(x)
@@ -24,7 +24,7 @@ class EfficientBlock(nn.Module):
 STANDARD_FLOPS = '''
 def efficient_block_flops(c_in, c_out, height, width, stride=1, batch=1):
     """Baseline-equivalent: the standard block's FLOPs."""
-    pixels = blocks.out_size(height, stride) * blocks.out_size(width, stride)
+    pixels = lab.out_size(height, stride) * lab.out_size(width, stride)
     return 2 * batch * pixels * c_in * c_out * 9
 '''
 

@@ -8,14 +8,14 @@ right (it keeps those points: it is arithmetic, not the lab's baseline code).
 """
 
 PLANTED_AS_IS = '''
-class OneGraphHead(compile_lab.PlantedHead):
+class OneGraphHead(lab.PlantedHead):
     """PlantedHead's outputs, without a graph break."""
 '''
 
 NAIVE = '''
 def compile_for_any_length(model, backend):
     """A callable serving token batches of any shape through at most two compiled graphs."""
-    return compile_lab.baseline_compile(model, backend=backend)
+    return lab.baseline_compile(model, backend=backend)
 '''
 
 EAGER = '''

@@ -1,6 +1,6 @@
 """Lab 13 (capstone): a baseline-equivalent submission — the line the lab starts from.
 
-"baseline" hands in ``capstone.BaselineLine`` as its ``inspect_lot`` (the stage exercises left as
+"baseline" hands in ``lab.BaselineLine`` as its ``inspect_lot`` (the stage exercises left as
 released): its reports are the baseline's, so it keeps the findings, the breakdown and the
 visible test, and scores 0 on the lot speed check.
 """
