@@ -2,12 +2,13 @@
 
 Each lab module's ``check_<id>`` functions grade through these (and reach the answer through
 the four functions :mod:`ptcourse.grading.protocol` describes): :func:`speedup`,
-:func:`relative_speedup` (against the reference solution timed in the same run), :func:`memory`
-and :func:`value` measure and hand the value to :func:`score`, which compares it with the row's
-target for this machine's track (a :class:`~ptcourse.grading.targets.Goal`), prints one clear
-line, and returns the points earned as a plain float (nbgrader reads a numeric last expression as
-partial credit). Below the floor it raises :class:`CheckFailed`, which nbgrader scores 0 and
-shows in feedback. Nothing a check does reaches stderr: nbgrader would score the cell 0 for it.
+:func:`speed_check` (against the reference solution timed in the same run, through
+:func:`relative_speedup`), :func:`memory` and :func:`value` measure and hand the value to
+:func:`score`, which compares it with the row's target for this machine's track (a
+:class:`~ptcourse.grading.targets.Goal`), prints one clear line, and returns the points earned
+as a plain float (nbgrader reads a numeric last expression as partial credit). Below the floor
+it raises :class:`CheckFailed`, which nbgrader scores 0 and shows in feedback. Nothing a check
+does reaches stderr: nbgrader would score the cell 0 for it.
 """
 
 from __future__ import annotations
@@ -457,6 +458,48 @@ def relative_speedup(
     )
     interval = (cand.ci_low, cand.ci_high)
     return score(here, cand.ratio, points=points, interval=interval, detail=detail, noise=noise)
+
+
+def speed_check(
+    goal: Goal,
+    answer: Any,
+    *,
+    fresh: Callable[[], tuple],
+    verify: Callable[[tuple, Any], None],
+    baseline: Callable[..., Any],
+    reference: Callable[..., Any],
+    points: float,
+    baseline_inputs: Callable[[], tuple] | None = None,
+    reference_inputs: Callable[[], tuple] | None = None,
+    inference: bool = False,
+    via: Callable[..., Any] | None = None,
+    not_gradable: Callable[[str], float] | None = None,
+) -> float:
+    """The machine-relative speed check: ``answer``'s speedup over ``baseline``, graded relative
+    to ``reference`` timed in the same run (:func:`relative_speedup`). The answer is measured by
+    :func:`timed` on ``fresh`` inputs, its outputs verified; the baseline and the reference by
+    :func:`timed_alike` (in the judge, in the trusted twin of the answer's worker) on
+    ``baseline_inputs`` and ``reference_inputs``, ``fresh`` where not given. ``inference`` runs
+    all three under ``torch.inference_mode`` (in the judge, in their workers)."""
+    candidate = timed(answer, fresh, verify, inference=inference, via=via)
+    base_inputs = fresh if baseline_inputs is None else baseline_inputs
+    ref_inputs = fresh if reference_inputs is None else reference_inputs
+    base = timed_alike(answer, baseline, base_inputs, inference=inference)
+    ref = timed_alike(answer, reference, ref_inputs, inference=inference)
+    return relative_speedup(goal, base, ref, candidate, points=points, not_gradable=not_gradable)
+
+
+def relative_to_reference(goal: Goal, reference: float, *, margin: float, spread: float) -> Goal:
+    """``goal`` (higher is better) where the reference solution reaches ``reference`` here: full
+    credit at ``reference - margin``, at most the row's target; zero credit at the row's floor,
+    or, where the reference reaches too little for that, ``spread`` below full credit but at
+    least half of it."""
+    row = goal.row
+    if not row.higher_is_better:
+        raise ValueError(f"{row.check}: a reference-relative goal needs higher-is-better values")
+    full = min(row.target, reference - margin)
+    zero = min(row.floor, max(full - spread, full / 2))
+    return Goal(dataclasses.replace(row, target=full, floor=zero), goal.track)
 
 
 def target_here(row: Target, reference: float | None = None, yours: float | None = None) -> str:

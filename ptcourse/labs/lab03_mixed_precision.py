@@ -6,7 +6,7 @@ The graders never trust the notebook: they build fresh models from secret seeds,
 student's step with :func:`baseline_step` run on an identical copy, and read the dtypes autocast
 produced with forward hooks (:class:`Probe`, made beside the step by :class:`ProbedStep`: in
 the judge the step runs in the sandboxed worker, and so does the probe). Speed is graded against
-:func:`reference_step` timed in the same run (``checks.relative_speedup``), every timed step on
+:func:`reference_step` timed in the same run (``checks.speed_check``), every timed step on
 a fresh batch; where bf16 does not pay off on this machine the speed cells grade that autocast
 is in effect instead, and say so.
 """
@@ -780,11 +780,15 @@ def _speed(which: str, step: Callable[..., Any], points: float, seed: int) -> fl
     replay = checks.Replay(
         model, opt, reference_step, loss_tolerance=REPLAY_LOSS_TOLERANCE, what=f"your {which} step"
     )
-    earned = checks.relative_speedup(
+    earned = checks.speed_check(
         goal(f"{which}_step"),
-        checks.timed_alike(step, baseline_step, fresh_batches(which, base_model, base_opt, seed)),
-        checks.timed_alike(step, reference_step, fresh_batches(which, ref_model, ref_opt, seed)),
-        checks.timed(step, fresh_batches(which, model, opt, seed), replay),
+        step,
+        fresh=fresh_batches(which, model, opt, seed),
+        verify=replay,
+        baseline=baseline_step,
+        baseline_inputs=fresh_batches(which, base_model, base_opt, seed),
+        reference=reference_step,
+        reference_inputs=fresh_batches(which, ref_model, ref_opt, seed),
         points=points,
         not_gradable=technique,
     )
@@ -877,7 +881,7 @@ AMP_SAPPHIRE = (
 )
 AMP_CLAIM = "the claim lab 03 quotes (GPU unknown) — NOT measured on any course machine"
 TARGETS: tuple[Target, ...] = (
-    # Speed, graded relative to reference_step timed in the same run (checks.relative_speedup):
+    # Speed, graded relative to reference_step timed in the same run (checks.speed_check):
     # full credit at floor + 70% of the reference's gain here, at most `target`; where the
     # reference does not clear `floor` the points grade *_autocast instead (as on cpu-basic).
     Target("03", "text_step", "cpu", "speedup", 1.5, 1.15,

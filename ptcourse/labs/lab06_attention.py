@@ -380,7 +380,7 @@ def backend_table(
 # Lab 06: attention_sdpa (F.scaled_dot_product_attention, the CPU flash kernel) against the
 # grader's naive attention (baseline_attention), fp32, graded by check_speed and check_memory.
 # Speed: interleaved pairs, 1 thread, batch 1, length 1024, head dim 64, 12 heads (8 in smoke),
-# graded relative to reference_sdpa timed in the same run (checks.relative_speedup).
+# graded relative to reference_sdpa timed in the same run (checks.speed_check).
 # Memory: sampled RSS with glibc thresholds pinned (measure.rss_follows_tensors), batch 1,
 # 4 heads, length 4096 (2048 in smoke): naive keeps two score matrices alive, SDPA its output.
 # The checks the judge runs outside the student's process (the rest run in the sandboxed worker).
@@ -515,7 +515,6 @@ def check_speed(attention_sdpa: Attention, *, points: float) -> float:
     _verify((q, k, v), got, what=f"attention_sdpa, {problem}")
     del got
     print(f"timing {problem}")
-    candidate = checks.timed(attention_sdpa, fresh_inputs(problem, goal.track.device), _verify)
 
     def fused_kernel_ran(reason: str) -> float:
         made = score_matrices(attention_sdpa)
@@ -525,13 +524,14 @@ def check_speed(attention_sdpa: Attention, *, points: float) -> float:
         print(f"graded instead: it ran as a fused kernel does ({made:.2f} score matrices)")
         return float(points)
 
-    fresh = fresh_inputs(problem, goal.track.device)
     checks.run_alike(attention_sdpa, measure.rss_follows_tensors)  # as the setup cell did here
-    return checks.relative_speedup(
+    return checks.speed_check(
         goal,
-        checks.timed_alike(attention_sdpa, baseline_attention, fresh),
-        checks.timed_alike(attention_sdpa, reference_sdpa, fresh),
-        candidate,
+        attention_sdpa,
+        fresh=fresh_inputs(problem, goal.track.device),
+        verify=_verify,
+        baseline=baseline_attention,
+        reference=reference_sdpa,
         points=points,
         not_gradable=fused_kernel_ran,
     )

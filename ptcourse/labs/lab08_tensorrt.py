@@ -577,11 +577,14 @@ def grade_fusion_latency(net: nn.Module, fused_net: nn.Module, xs: Tensor, *,
 
     goal = targets.goal(TARGETS, "fusion_latency")
     with torch.inference_mode():  # for the calls made here (the judge's run in its workers)
-        return checks.relative_speedup(
+        return checks.speed_check(
             goal,
-            checks.timed_alike(fused_net, base, fresh, inference=True),
-            checks.timed_alike(fused_net, ref, fresh, inference=True),
-            checks.timed(fused_net, fresh, verify, inference=True),
+            fused_net,
+            fresh=fresh,
+            verify=verify,
+            baseline=base,
+            reference=ref,
+            inference=True,
             points=points,
             not_gradable=folded,
         )
@@ -710,11 +713,14 @@ def grade_bf16_speed(net: nn.Module, low_net: nn.Module, seed: int, *, points: f
         _near_fp32(out, want, "logits of a timed call")
 
     with torch.inference_mode():  # for the calls made here (the judge's run in its workers)
-        return checks.relative_speedup(
+        return checks.speed_check(
             targets.goal(TARGETS, "bf16_speed"),
-            checks.timed_alike(low_net, fp32, fresh, inference=True),
-            checks.timed_alike(low_net, ref, fresh, inference=True),
-            checks.timed(low_net, fresh, verify, inference=True),
+            low_net,
+            fresh=fresh,
+            verify=verify,
+            baseline=fp32,
+            reference=ref,
+            inference=True,
             points=points,
             not_gradable=lambda reason: grade_bf16_in_effect(low_net, seed, points=points),
         )
@@ -774,7 +780,7 @@ NOT_MEASURED = "NOT measured (no GPU when this lab was written)"
 TARGETS: tuple[Target, ...] = (
     # Batch-1 latency of deployed_model (tiny_cnn 16 ch, 32x32) with BatchNorm folded (torch.fx
     # GraphModule) vs the original, eager, 1 thread. Same sizes in smoke and full. Graded
-    # relative to reference_fuse_conv_bn timed in the same run (checks.relative_speedup): full
+    # relative to reference_fuse_conv_bn timed in the same run (checks.speed_check): full
     # credit at floor + 70% of the reference's gain here, at most `target`; where the reference
     # does not clear `floor` the points grade bn_folded instead.
     Target(LAB.number, "fusion_latency", "cpu", "speedup", 1.2, 1.1,

@@ -751,7 +751,7 @@ TARGETS: tuple[Target, ...] = (
            "runner-up's shape (the same table) and stage 'optimizer': 0.5 in 26/26 runs; "
            "unanswered: 0",
            f"{ZEN4_VM}; {LAB09_PROFILE}", "2026-12-03", MEASURE),
-    # Graded relative to the machine (checks.relative_speedup): full credit at the floor + 70%
+    # Graded relative to the machine (checks.speed_check): full credit at the floor + 70%
     # of what reference_step reaches in the same run, never above this target.
     # reference_step (sparse embedding + vectorised hashing + one fp32 loss) vs baseline_step,
     # measure.compare interleaved. Partial fixes, full size, two runs each, load average ~5:
@@ -833,10 +833,17 @@ def check_fix_speed(fast_setup: Setup, fast_step: Step, *, points: float) -> flo
         fixed.model, lambda model: reference_setup(model, LR), reference_step,
         loss_tolerance=REPLAY_LOSS_TOLERANCE, what="the fixed step",
     )  # fmt: skip
-    candidate = checks.timed(fast_step, _fresh_batches(fixed, seed), replay)
-    baseline_call = checks.timed_alike(fast_step, baseline_step, _fresh_batches(baseline, seed))
-    reference_call = checks.timed_alike(fast_step, reference_step, _fresh_batches(reference, seed))
-    earned = checks.relative_speedup(goal, baseline_call, reference_call, candidate, points=points)
+    earned = checks.speed_check(
+        goal,
+        fast_step,
+        fresh=_fresh_batches(fixed, seed),
+        verify=replay,
+        baseline=baseline_step,
+        baseline_inputs=_fresh_batches(baseline, seed),
+        reference=reference_step,
+        reference_inputs=_fresh_batches(reference, seed),
+        points=points,
+    )
     if checks.judged(fast_step):  # the weights the timed calls left, read in the worker
         share = replay.weights(checks.beside(fast_step, parameters_of, fixed.model), REPLAY_WEIGHTS)
         print(f"  the {replay.calls} timed calls trained as the judge's replay (weights "

@@ -83,7 +83,7 @@ TARGETS: tuple[Target, ...] = (
            f"+0.02 points full (1 of 4800 headlines), -0.125 smoke (1 of 800 better); {RUNS}; "
            f"0.0 points on {AVX2_VM}",
            "float copy 0 points (not a speed check)", ZEN4_VM, "2026-12-03", script=SCRIPT),
-    # Graded relative to the machine (checks.relative_speedup): full credit at the floor + 70% of
+    # Graded relative to the machine (checks.speed_check): full credit at the floor + 70% of
     # what reference_int8 reaches in the same run, never above this target.
     # Batch 64 x 16 tokens, 1 thread, torch.ao dynamic int8 vs fp32 eager, interleaved. Which
     # int8 scheme is fast depends on the CPU, so the graded "fast" exercise accepts any scheme
@@ -448,11 +448,14 @@ def check_fast_speed(fast_int8: Quantizer, *, points: float) -> float:
         ratio = checks.beside(quantized, size_ratio_of, float_model)
         return checks.value(goal, lambda: ratio, points=points * (1 - ACCURACY_SHARE))
 
-    speed = checks.relative_speedup(
+    speed = checks.speed_check(
         targets.goal(TARGETS, "fast_speedup"),
-        checks.timed_alike(quantized, float_model, fresh, inference=True),
-        checks.timed_alike(quantized, reference_model, fresh, inference=True),
-        checks.timed(quantized, fresh, verify, inference=True),
+        quantized,
+        fresh=fresh,
+        verify=verify,
+        baseline=float_model,
+        reference=reference_model,
+        inference=True,
         points=points * (1 - ACCURACY_SHARE),
         not_gradable=int8_in_effect,
     )

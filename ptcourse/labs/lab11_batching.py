@@ -31,7 +31,6 @@ simulated queue.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import math
@@ -728,26 +727,34 @@ def heavy_is_gradable(curve: Curve) -> bool:
 # relative: full at the reference policy's share, replayed on the same curve and trace, minus
 # this; and on a curve where the reference itself serves little, zero credit lower too.
 SHARE_MARGIN = 0.02
+# Where the reference serves too little for the row's floor, zero credit this far below full
+# credit, but at least half of it (a policy that falls behind the trace serves almost none).
+ZERO_SPREAD = 0.05
 # Below this share for the reference policy the heavy trace grades nothing (the policy that
 # keeps up best still misses the objective): graded as where batching gains too little.
 MIN_REFERENCE_SHARE = 0.1
 
 
+def load_goal(load_name: str, reference_share: float) -> targets.Goal:
+    """The ``load_name`` row where the reference policy serves ``reference_share`` of the trace
+    within the objective (:func:`checks.relative_to_reference`): full credit at that minus
+    :data:`SHARE_MARGIN`, at most the row's target; zero credit at the row's floor, or where
+    the reference serves too little for that, :data:`ZERO_SPREAD` below full credit but at
+    least half of it."""
+    goal = targets.goal(TARGETS, f"{load_name}_load")
+    return checks.relative_to_reference(
+        goal, reference_share, margin=SHARE_MARGIN, spread=ZERO_SPREAD
+    )
+
+
 def full_credit_share(load_name: str, reference_share: float) -> float:
-    """The share within the objective that earns full credit on the ``load_name`` trace where
-    the reference policy serves ``reference_share`` of it within the objective: that minus
-    :data:`SHARE_MARGIN`, at most the row's target."""
-    row = targets.pick(TARGETS, f"{load_name}_load", "cpu")
-    return min(row.target, reference_share - SHARE_MARGIN)
+    """The share within the objective that earns full credit (:func:`load_goal`)."""
+    return load_goal(load_name, reference_share).row.target
 
 
 def zero_credit_share(load_name: str, reference_share: float) -> float:
-    """The share that earns nothing: the row's floor, or where the reference serves too little
-    for that, 5 points below full credit but at least half of it (a policy that falls behind
-    the trace serves almost none of it)."""
-    row = targets.pick(TARGETS, f"{load_name}_load", "cpu")
-    full = full_credit_share(load_name, reference_share)
-    return min(row.floor, max(full - 0.05, full / 2))
+    """The share that earns nothing (:func:`load_goal`)."""
+    return load_goal(load_name, reference_share).row.floor
 
 
 _CURVES: dict[tuple[int, ...], Curve] = {}
@@ -794,7 +801,7 @@ TARGETS: tuple[Target, ...] = (
            "batching: the heavy row is the one it fails)",
            ZEN4_VM, "2026-12-06", SCRIPT),
     # Batched vs per-request inference of build_model, 64 requests per call, one thread,
-    # graded relative to reference_batched_predict in the same run (checks.relative_speedup).
+    # graded relative to reference_batched_predict in the same run (checks.speed_check).
     Target("11", "batched_speedup", "cpu", "speedup", 5.0, 1.5,
            f"{SCRIPT} --runs 5: reference 8.3-9.2x, median 8.8x (full); 7.2-8.7x, median 8.2x "
            "(smoke); the curve's batching gain 9.8-11.0x (full), 9.2-11.6x (smoke)",
@@ -888,11 +895,14 @@ def check_batched_speed(batched_predict: Callable[..., list[Tensor]], *, points:
             want = per_request_predict(*args)
         _same_outputs(outputs, want, "a timed call")
 
-    return checks.relative_speedup(
+    return checks.speed_check(
         targets.goal(TARGETS, "batched_speedup"),
-        checks.timed_alike(batched_predict, per_request_predict, fresh, inference=True),
-        checks.timed_alike(batched_predict, reference_batched_predict, fresh, inference=True),
-        checks.timed(batched_predict, fresh, verify, inference=True),
+        batched_predict,
+        fresh=fresh,
+        verify=verify,
+        baseline=per_request_predict,
+        reference=reference_batched_predict,
+        inference=True,
         points=points,
     )
 
@@ -938,15 +948,13 @@ def _grade_load(
         f"within {ref.within(load.slo_s):.1%}"
     )
     goal = targets.goal(TARGETS, f"{load.name}_load")
-    full = full_credit_share(load.name, ref.within(load.slo_s))
-    zero = zero_credit_share(load.name, ref.within(load.slo_s))
+    here = load_goal(load.name, ref.within(load.slo_s))
+    full, zero = here.row.target, here.row.floor
     print(
         f"  full credit at {full:.1%} within the objective: the reference's share here minus "
         f"{SHARE_MARGIN:.0%}, at most {goal.row.target:.0%}; zero credit at {zero:.1%}"
     )
-    row = dataclasses.replace(goal.row, target=full, floor=zero)
-    relative = targets.Goal(row, goal.track)
-    return checks.value(relative, lambda: served.within(load.slo_s), points=points)
+    return checks.value(here, lambda: served.within(load.slo_s), points=points)
 
 
 def check_heavy_load(

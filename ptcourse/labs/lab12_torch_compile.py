@@ -659,11 +659,14 @@ def check_inference_speed(compile_for_inference: Callable[..., Any], *, points: 
         print(f"graded instead: your first call compiled {graphs} graph(s), the outputs are right")
         return float(points)
 
-    return checks.relative_speedup(
+    return checks.speed_check(
         targets.goal(TARGETS, "inference_speedup"),
-        checks.timed_alike(compiled, model, fresh, inference=True),
-        checks.timed_alike(compiled, ReferenceCompiled(model), fresh, inference=True),
-        checks.timed(compiled, fresh, verify, inference=True),
+        compiled,
+        fresh=fresh,
+        verify=verify,
+        baseline=model,
+        reference=ReferenceCompiled(model),
+        inference=True,
         points=points,
         not_gradable=compiled_graphs_ran,
     )
@@ -681,7 +684,7 @@ def graphs_on_first_call(run: Callable[[Tensor], Tensor], x: Tensor) -> tuple[in
 
 # inference_speedup: DefectScorer (2 x conv3x3+BN+GELU, 16 channels, 64x64 images), the student's
 # compiled scorer vs eager, one thread, interleaved; graded relative to ReferenceCompiled
-# (torch.compile, freezing) in the same run (checks.relative_speedup).
+# (torch.compile, freezing) in the same run (checks.speed_check).
 SCRIPT = "tools/measure/lab12_torch_compile.py"
 TARGETS: tuple[Target, ...] = (
     Target("12", "inference_speedup", "cpu", "speedup", 1.5, 1.15,

@@ -628,11 +628,14 @@ def check_lot_speed(inspect_lot: Callable[..., Any], *, points: float) -> float:
     first = fresh()
     agreement(first, checks.beside(inspect_lot, run_line, *first))
     model = models.inspection_detector()
-    return checks.relative_speedup(
+    return checks.speed_check(
         targets.goal(TARGETS, "lot_speedup"),
-        checks.timed_alike(inspect_lot, BaselineLine(model), fresh),
-        checks.timed_alike(inspect_lot, ReferenceLine(model), fresh),
-        checks.timed(inspect_lot, fresh, agreement, via=run_line),
+        inspect_lot,
+        fresh=fresh,
+        verify=agreement,
+        via=run_line,
+        baseline=BaselineLine(model),
+        reference=ReferenceLine(model),
         points=points,
     )
 
@@ -687,7 +690,7 @@ def check_breakdown(inspect_lot: Callable[..., Any], *, points: float) -> float:
 # f1_drop: defect F1 points lost against the baseline line on the same held-out frames, graded
 # on the favourable end of a 98% paired bootstrap interval. lot_speedup: seconds per lot of the
 # student's line vs BaselineLine, one thread, relative to ReferenceLine in the same interleaved
-# run (checks.relative_speedup).
+# run (checks.speed_check).
 SCRIPT = "tools/measure/lab13_capstone.py"
 TARGETS: tuple[Target, ...] = (
     Target("13", "f1_drop", "cpu", "accuracy_drop", 1.0, 3.0,

@@ -55,8 +55,13 @@ for path in (checks.__file__, ptcourse.labs.__file__):
 # Lab 11: make the replay forgiving where the notebook can reach it (the grader's objective,
 # the reference it is graded against, the simulator itself) and report a tiny batch-1 time.
 RIG_THE_REPLAY = """
+import dataclasses as _dc
 import ptcourse.labs.lab11_batching as _b
 _b.full_credit_share = lambda name, share: 0.0
+_b.load_goal = lambda name, share: _b.targets.Goal(
+    _dc.replace(_b.targets.goal(_b.TARGETS, f"{name}_load").row, target=0.0, floor=-1.0),
+    _b.targets.goal(_b.TARGETS, f"{name}_load").track,
+)
 _b.heavy_is_gradable = lambda curve: False
 _b.reference_knobs = lambda curve: (1, 0.0)
 _b.reference_dispatch = lambda ages, max_batch, max_wait: 1

@@ -236,3 +236,80 @@ def test_target_here_states_what_the_hidden_check_asks():
     assert checks.target_here(ROW, yours=1.4).endswith("50% of it")
     assert checks.target_here(ROW, yours=1.2).endswith("no credit")
     assert checks.target_here(drop, yours=0.3).endswith("no credit")
+
+
+def test_speed_check_times_each_role_on_its_own_inputs_and_verifies_the_answer(monkeypatch):
+    calls, verified = [], []
+
+    def role(name):
+        def run(n):
+            calls.append((name, n, torch.is_inference_mode_enabled()))
+            return 2 * n
+
+        return run
+
+    def relative(goal, baseline, reference, candidate, *, points, not_gradable):
+        baseline(), reference(), candidate()
+        return not_gradable("not gradable here")
+
+    monkeypatch.setattr(checks, "relative_speedup", relative)
+    earned = checks.speed_check(
+        GOAL,
+        role("answer"),
+        fresh=lambda: (1,),
+        verify=lambda args, out: verified.append((args, out)),
+        baseline=role("baseline"),
+        baseline_inputs=lambda: (3,),
+        reference=role("reference"),
+        inference=True,
+        points=2,
+        not_gradable=lambda reason: 0.5,
+    )
+    assert earned == 0.5 and verified == [((1,), 2)]  # the answer's first output, verified
+    # in a notebook the grader's own code runs in inference mode, the answer as it is called
+    assert calls == [("answer", 1, False), ("baseline", 3, True), ("reference", 1, True),
+                     ("answer", 1, False)]  # fmt: skip
+
+
+def test_speed_check_drives_the_answer_via_and_stops_at_a_wrong_output(monkeypatch):
+    monkeypatch.setattr(checks, "relative_speedup", lambda *a, points, **k: points)
+    seen = []
+
+    def via(answer, n):
+        return answer(n) + 1
+
+    def verify(args, out):
+        seen.append(out)
+        if out != 2 * args[0] + 1:
+            raise checks.CheckFailed("wrong")
+
+    def run(answer):
+        return checks.speed_check(
+            GOAL, answer, fresh=lambda: (4,), verify=verify, via=via,
+            baseline=abs, reference=abs, points=3,
+        )  # fmt: skip
+
+    assert run(lambda n: 2 * n) == 3 and seen == [9]
+    with pytest.raises(checks.CheckFailed, match="wrong"):
+        run(lambda n: n)
+
+
+@pytest.mark.parametrize(
+    ("reference", "full", "zero"),
+    [
+        (1.0, 0.95, 0.5),  # the row's target and floor
+        (0.4, 0.38, 0.33),  # the reference's value minus the margin; zero 5 points below
+        (0.1, 0.08, 0.04),  # zero at half of full credit where that is higher
+    ],
+)
+def test_relative_to_reference_moves_full_and_zero_credit_with_the_reference(reference, full, zero):
+    row = Target("00", "share", "cpu", "score", 0.95, 0.5, "1.0", "0.0", "test", "today")
+    here = checks.relative_to_reference(Goal(row, CPU), reference, margin=0.02, spread=0.05)
+    assert (here.row.target, here.row.floor) == pytest.approx((full, zero))
+    assert here.track == CPU and here.row.check == "share"
+
+
+def test_relative_to_reference_needs_higher_is_better():
+    drop = Target("00", "drop", "cpu", "accuracy_drop", 0.05, 0.2, "0.01", "0.3", "test", "today")
+    with pytest.raises(ValueError, match="higher-is-better"):
+        checks.relative_to_reference(Goal(drop, CPU), 0.1, margin=0.01, spread=0.05)
