@@ -41,6 +41,12 @@ A hidden test cell is then a few lines with no logic::
     fresh("06").check_speed(attention_sdpa, points=3)
     ### END HIDDEN TESTS
 
+A module reads in this order (``tests/unit/labs/test_contract.py`` checks it): the imports; the
+contract (``LAB``, ``JUDGED``, ``VOUCHED``, the measuring script, ``TARGETS``) before any def or
+class; everything the notebook uses (sizes, baselines and references, narrative helpers) in the
+order of its story; last, below one ``# The checks`` header, every ``check_<id>`` and the
+helpers only the checks use.
+
 Lab modules import from ``core``, ``assets`` and ``grading``, never from each other or from
 ``course`` (``tests/unit/test_layers.py`` enforces it).
 """

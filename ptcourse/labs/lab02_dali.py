@@ -33,6 +33,57 @@ from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import Target
 
 LAB = lineup.lab("02")
+
+# throughput: images/s of the student's DALI training pipeline (built by the grader with
+# sync_pipeline: synchronous executor, num_threads=1, so nothing is prefetched between timed
+# calls; build excluded) over Lab 01's PIL loader (per-sample v2 augmentation, num_workers=0),
+# per batch, interleaved, 1 thread; full batch 64 x 2 batches, smoke 32 x 1.
+# Checks the judge runs outside the student's process: the loaders and tvio_batch are called
+# in the worker and their epochs compared with the reference here; the pipeline is built and
+# timed in the worker (checks.beside(keep=True), checks.timed(via=run_batches)), the PIL loader
+# and the reference pipeline in the trusted twin. The tvio quick test carries its own hidden
+# check (check_tvio_visible); the DALI quick test is vouched for by check_dali.
+JUDGED = ("tvio_visible", "dali", "speed")
+VOUCHED = {"test_dali_visible": "dali"}
+SCRIPT = "tools/measure/lab02_dali.py"
+MEASURED_ON = (
+    "NVIDIA DALI 2.4.0 CPU-only (device_id=None), 2-core AMD EPYC Zen 4 VM (AVX-512, "
+    "avx512_bf16), 1 thread, other core loaded"
+)
+TARGETS: tuple[Target, ...] = (
+    # Graded relative to the machine (checks.speed_check): full credit at the floor + 70%
+    # of what the reference pipeline (reference_inspection_pipeline) reaches in the same run,
+    # never above this target. In the judge, smoke, 2026-12-03 (load average 1.5-3): the
+    # reference in the twin 2.08-2.37x (3 runs), the solution notebook in the worker
+    # 2.23-2.26x, a baseline copy 1.01x; in one process at the same time the reference took
+    # 27.8 ms per batch (CPU time the same), the PIL loader 51 ms: 1.84x. The 3.1-4.3x below
+    # were measured under a load average of 9-15. The floor was 1.15x until a clean-clone
+    # grading tier (2026-12-04, smoke, a second notebook running on the same 2 cores) gave the
+    # baseline copy 1.17x (95% CI 1.14-1.25x), 0.206 of 4 points, beside the reference's 1.84x.
+    Target("02", "throughput", "cpu", "speedup", 1.6, 1.3,
+           "tools/measure/lab02_dali.py: 5 runs each (fresh secret seed, load average 9-15 "
+           "from other sessions on the 2 cores): smoke (32 x 1) 3.10-4.30x, median 3.57; full "
+           "(64 x 2) 2.56-3.29x, median 3.06; full marks in 10 of 10; in the judge 1.84-2.37x",
+           "Lab 01's PIL work inside DALI (fn.python_function, tests/integration/submissions/"
+           "lab02.py), same script and runs: smoke 0.93-1.03x, median 0.98; full 0.88-1.08x, "
+           "median 0.97; 0 points in 10 of 10; in the judge up to 1.17x (above)",
+           MEASURED_ON, "2026-12-04", SCRIPT),
+    Target("02", "throughput", "cuda", "speedup", 2.5, 1.15,
+           "NOT measured (no GPU when this lab was written); the claim the lab quotes: "
+           "'over 3x' with mixed decoding",
+           "PIL loader + copy to the GPU vs itself: expected ~1.0x",
+           "NOT measured — DALI mixed (nvJPEG) decode + GPU operators", "2026-12-03", SCRIPT),
+    # cpu-basic (no DALI): the speed cell grades tvio_batch's equivalence with the reference.
+    Target("02", "tvio_equivalence", "cpu", "score", 1.0, 0.0,
+           "tools/measure/lab02_dali.py (PTCOURSE_TRACK=cpu-basic): 1.0 in 5 smoke + 5 full "
+           "runs; max |diff| from the reference <= 1e-6 (the same decode and resize calls)",
+           "the per-sample PIL reference pasted in: 1.0 in 10 of 10 (a correctness check: the "
+           "baseline-equivalent answer is correct); unanswered: raises, 0 points; wrong "
+           "normalisation: 0 (tests/unit/labs/test_lab02_dali.py)",
+           "2-core AMD EPYC Zen 4 VM (no timing: any machine gives the same)", "2026-12-03",
+           SCRIPT),
+)  # fmt: skip
+
 INSTALL_HINT = (
     "NVIDIA DALI is not installed or does not import here. It ships Linux wheels only "
     "(x86_64/aarch64): `pip install nvidia-dali-cuda120` (runs CPU-only without a GPU). "
@@ -271,17 +322,6 @@ def alignment(
 MAX_ABS_TOLERANCE = 0.5
 MEAN_ABS_TOLERANCE = 0.015
 
-
-def equivalent(result: Alignment) -> bool:
-    """True when an epoch matches the reference: each image once, labels, values in tolerance."""
-    return (
-        result.each_once
-        and result.label_errors == 0
-        and result.max_abs_error <= MAX_ABS_TOLERANCE
-        and result.mean_abs_error <= MEAN_ABS_TOLERANCE
-    )
-
-
 SYNC_EXECUTOR = {"exec_async": False, "exec_pipelined": False, "prefetch_queue_depth": 1}
 
 
@@ -377,9 +417,6 @@ def cycle(make_batches: Callable[[], Iterable[Any]]) -> Iterable[Any]:
 # ---------------------------------------------------------------------------------------------
 # What the graders time and compare
 
-Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
-AUGMENTED = 0.05  # a training epoch's mean |x - nearest reference| above this is augmented
-
 
 def baseline_epoch(
     files: loaders.Files, batch_size: int, seed: int, count: int, device: str
@@ -465,6 +502,24 @@ class ReferencePipeline:
             graph = dali().pipeline_def(reference_inspection_pipeline)
             self.pipe = training_pipeline(graph, *self.recipe)
         return run_batches(self.pipe, count)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks: one per hidden test cell, and the helpers only they use.
+
+
+def equivalent(result: Alignment) -> bool:
+    """True when an epoch matches the reference: each image once, labels, values in tolerance."""
+    return (
+        result.each_once
+        and result.label_errors == 0
+        and result.max_abs_error <= MAX_ABS_TOLERANCE
+        and result.mean_abs_error <= MEAN_ABS_TOLERANCE
+    )
+
+
+Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
+AUGMENTED = 0.05  # a training epoch's mean |x - nearest reference| above this is augmented
 
 
 @dataclass(frozen=True)
@@ -688,54 +743,3 @@ def check_speed(
     if runs_dali(here):
         return grade_throughput(inspection_pipeline, here, points)
     return grade_tvio_equivalence(tvio_batch, points)
-
-
-# throughput: images/s of the student's DALI training pipeline (built by the grader with
-# sync_pipeline: synchronous executor, num_threads=1, so nothing is prefetched between timed
-# calls; build excluded) over Lab 01's PIL loader (per-sample v2 augmentation, num_workers=0),
-# per batch, interleaved, 1 thread; full batch 64 x 2 batches, smoke 32 x 1.
-# The checks the judge runs outside the student's process: the loaders and tvio_batch are called
-# in the worker and their epochs compared with the reference here; the pipeline is built and
-# timed in the worker (checks.beside(keep=True), checks.timed(via=run_batches)), the PIL loader
-# and the reference pipeline in the trusted twin. The tvio quick test carries its own hidden
-# check (check_tvio_visible); the DALI quick test is vouched for by check_dali.
-JUDGED = ("tvio_visible", "dali", "speed")
-VOUCHED = {"test_dali_visible": "dali"}
-SCRIPT = "tools/measure/lab02_dali.py"
-MEASURED_ON = (
-    "NVIDIA DALI 2.4.0 CPU-only (device_id=None), 2-core AMD EPYC Zen 4 VM (AVX-512, "
-    "avx512_bf16), 1 thread, other core loaded"
-)
-TARGETS: tuple[Target, ...] = (
-    # Graded relative to the machine (checks.speed_check): full credit at the floor + 70%
-    # of what the reference pipeline (reference_inspection_pipeline) reaches in the same run,
-    # never above this target. In the judge, smoke, 2026-12-03 (load average 1.5-3): the
-    # reference in the twin 2.08-2.37x (3 runs), the solution notebook in the worker
-    # 2.23-2.26x, a baseline copy 1.01x; in one process at the same time the reference took
-    # 27.8 ms per batch (CPU time the same), the PIL loader 51 ms: 1.84x. The 3.1-4.3x below
-    # were measured under a load average of 9-15. The floor was 1.15x until a clean-clone
-    # grading tier (2026-12-04, smoke, a second notebook running on the same 2 cores) gave the
-    # baseline copy 1.17x (95% CI 1.14-1.25x), 0.206 of 4 points, beside the reference's 1.84x.
-    Target("02", "throughput", "cpu", "speedup", 1.6, 1.3,
-           "tools/measure/lab02_dali.py: 5 runs each (fresh secret seed, load average 9-15 "
-           "from other sessions on the 2 cores): smoke (32 x 1) 3.10-4.30x, median 3.57; full "
-           "(64 x 2) 2.56-3.29x, median 3.06; full marks in 10 of 10; in the judge 1.84-2.37x",
-           "Lab 01's PIL work inside DALI (fn.python_function, tests/integration/submissions/"
-           "lab02.py), same script and runs: smoke 0.93-1.03x, median 0.98; full 0.88-1.08x, "
-           "median 0.97; 0 points in 10 of 10; in the judge up to 1.17x (above)",
-           MEASURED_ON, "2026-12-04", SCRIPT),
-    Target("02", "throughput", "cuda", "speedup", 2.5, 1.15,
-           "NOT measured (no GPU when this lab was written); the claim the lab quotes: "
-           "'over 3x' with mixed decoding",
-           "PIL loader + copy to the GPU vs itself: expected ~1.0x",
-           "NOT measured — DALI mixed (nvJPEG) decode + GPU operators", "2026-12-03", SCRIPT),
-    # cpu-basic (no DALI): the speed cell grades tvio_batch's equivalence with the reference.
-    Target("02", "tvio_equivalence", "cpu", "score", 1.0, 0.0,
-           "tools/measure/lab02_dali.py (PTCOURSE_TRACK=cpu-basic): 1.0 in 5 smoke + 5 full "
-           "runs; max |diff| from the reference <= 1e-6 (the same decode and resize calls)",
-           "the per-sample PIL reference pasted in: 1.0 in 10 of 10 (a correctness check: the "
-           "baseline-equivalent answer is correct); unanswered: raises, 0 points; wrong "
-           "normalisation: 0 (tests/unit/labs/test_lab02_dali.py)",
-           "2-core AMD EPYC Zen 4 VM (no timing: any machine gives the same)", "2026-12-03",
-           SCRIPT),
-)  # fmt: skip

@@ -35,9 +35,62 @@ from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import CPU_VM, ZEN4_VM, Target
 
 LAB = lineup.lab("03")
+
+# Checks the judge runs outside the student's process, and the quick tests they vouch for.
+# Which dtypes autocast produced, the parameter and gradient dtypes and the GradScaler's scale
+# are read in the worker (checks.beside, see docs/grading.md); losses, gradients, weight updates,
+# skipped steps, accuracy and time are the judge's.
+JUDGED = ("amp_step", "text_speed", "image_speed", "accuracy", "scaled_step")
+VOUCHED = {"test_amp_step_quick": "amp_step", "test_scaled_step_quick": "scaled_step"}
+SCRIPT = "tools/measure/lab03_mixed_precision.py"
+AMP_SAPPHIRE = (
+    "a course author's measurement on a 2-core Intel Sapphire Rapids VM (AMX), 2026-12-02, "
+    "with other code than this lab's (not repeated with lab 03's steps)"
+)
+AMP_CLAIM = "the claim lab 03 quotes (GPU unknown) — NOT measured on any course machine"
+TARGETS: tuple[Target, ...] = (
+    # Speed, graded relative to reference_step timed in the same run (checks.speed_check):
+    # full credit at floor + 70% of the reference's gain here, at most `target`; where the
+    # reference does not clear `floor` the points grade *_autocast instead (as on cpu-basic).
+    Target("03", "text_step", "cpu", "speedup", 1.5, 1.15,
+           f"{SCRIPT}: 1.06–1.09x, median 1.08 (4 runs, {ZEN4_VM}) — below the floor, so speed is "
+           f"not gradable there; {AMP_SAPPHIRE}: small-encoder training step 2.2–2.3x",
+           "baseline copy 0.94–1.04x (4 runs, same script)", ZEN4_VM, "2026-12-03", SCRIPT),
+    Target("03", "image_step", "cpu", "speedup", 1.5, 1.15,
+           f"{SCRIPT}: ResNet-18 128 px batch 16 training step 1.84–1.89x (3 runs, {ZEN4_VM}); "
+           f"{AMP_SAPPHIRE}: ResNet-18 b32 224 px 2.4–2.5x",
+           "baseline copy 0.98–1.04x (3 runs, same script)", ZEN4_VM, "2026-12-03", SCRIPT),
+    Target("03", "text_step", "cuda", "speedup", 1.3, 1.15,
+           "the quoted claim: fp16 autocast + GradScaler 2.1x on an NLP classifier",
+           "fp32 step vs itself ≈ 1.0x", AMP_CLAIM, "2026-12-02"),
+    Target("03", "image_step", "cuda", "speedup", 1.3, 1.15,
+           "the quoted claim: 2.1x on an NLP classifier (no image measurement)",
+           "fp32 step vs itself ≈ 1.0x", AMP_CLAIM, "2026-12-02"),
+    # Where speed is not gradable (cpu-basic, or a reference below the floor): the share of
+    # bf16 Linear/Conv outputs of one timed-size step (autocast_share).
+    Target("03", "text_autocast", "cpu", "score", 1.0, 0.0,
+           f"{SCRIPT} --smoke: 1.0 (all Linear outputs bf16), 5 seeds; earlier 1.0 in 12 smoke + "
+           f"10 full seeds on the {CPU_VM}",
+           "0.0 (all fp32), 5 of 5 seeds", ZEN4_VM, "2026-12-03", SCRIPT),
+    Target("03", "image_autocast", "cpu", "score", 1.0, 0.0,
+           f"{SCRIPT} --smoke: 1.0 (all Conv/Linear outputs bf16), 5 seeds",
+           "0.0 (all fp32), 5 of 5 seeds", ZEN4_VM, "2026-12-03", SCRIPT),
+    # Correctness and accuracy: hardware-independent, the "cpu" rows serve every track.
+    Target("03", "amp_step", "cpu", "score", 1.0, 0.5,
+           f"{SCRIPT} --smoke: 1.0 in 5 of 5 seeds (reference_step); earlier 1.0 in 12 smoke + "
+           "10 full seeds, gradient error ≤ 0.012 (tolerance 0.05)",
+           "0.0 in 5 of 5 seeds (no bf16 activations)", ZEN4_VM, "2026-12-03", SCRIPT),
+    Target("03", "scaler", "cpu", "score", 1.0, 0.5,
+           f"{SCRIPT} --smoke: 1.0 in 5 of 5 seeds (reference_scaled_step, fp16 on CPU)",
+           "0.0 in 5 of 5 seeds (fp32, scaler unused)", ZEN4_VM, "2026-12-03", SCRIPT),
+    Target("03", "accuracy", "cpu", "accuracy_drop", 0.02, 0.10,
+           f"{SCRIPT} --smoke: drop −0.0013…+0.0013 in 5 seeds (40 steps); earlier −0.0002…"
+           "+0.0004 in 12 full seeds (120 steps)",
+           "0.0 (fp32 against itself)", ZEN4_VM, "2026-12-03", SCRIPT),
+)  # fmt: skip
+
 PROBED = (nn.Linear, nn.Conv2d)  # the layers whose matmuls autocast runs in low precision
 NUM_CLASSES = 4
-GRAD_TOLERANCE = 0.05  # relative (norm) error allowed between a low-precision and an fp32 step
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,59 +299,6 @@ def _outputs_seen(layers: int, dtypes: list[torch.dtype]) -> str:
     return f"{layers} Linear/Conv layers; outputs seen: {parts}"
 
 
-class ProbedStep:
-    """``step`` with a :class:`Probe` on the model of every call, made where the step runs.
-
-    The graders make it with ``checks.beside(step, ProbedStep, keep=True)``: in the judge the
-    step runs in the sandboxed worker, where hooks on the judge's copy of a model would see
-    nothing, so the probe lives there and :func:`seen_by` reads what it saw (what the worker
-    reports: dtypes are a diagnostic; losses, gradients and updates are checked in the judge).
-    """
-
-    def __init__(self, step: Callable[..., Any]) -> None:
-        self.step = step
-        self.seen: dict[str, Any] = {"layers": 0, "outputs": [], "weights": [], "grads": []}
-
-    def __call__(self, model: nn.Module, *args: Any) -> Any:
-        with Probe(model) as probe:
-            loss = _call(self.step, model, *args)
-        params = list(model.parameters())
-        self.seen = {
-            "layers": len(probe.modules),
-            "outputs": [*self.seen["outputs"], *probe.dtypes],
-            "weights": [p.dtype for p in params],
-            "grads": [p.grad.dtype for p in params if p.grad is not None],
-        }
-        return loss
-
-
-def seen_by(probed: ProbedStep) -> dict[str, Any]:
-    """What ``probed`` saw: Linear/Conv output dtypes of every call, and the parameter and
-    gradient dtypes after the last one (data, so the judge can read it)."""
-    return dict(probed.seen)
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What a :class:`ProbedStep` reported."""
-
-    layers: int
-    outputs: list[torch.dtype]
-    weights: list[torch.dtype]
-    grads: list[torch.dtype]
-
-    @classmethod
-    def of(cls, probed: Any) -> Seen:
-        """Read ``probed`` (a :class:`ProbedStep` here or in the judge's worker)."""
-        return cls(**checks.beside(probed, seen_by))
-
-    def fraction(self, dtype: torch.dtype) -> float:
-        return _share(self.outputs, dtype)
-
-    def summary(self) -> str:
-        return _outputs_seen(self.layers, self.outputs)
-
-
 def dtype_table(model: nn.Module, x: Tensor, dtype: torch.dtype = torch.bfloat16) -> list[tuple]:
     """(module type, output dtype, weight dtype) for each leaf module, forward under autocast."""
     rows: list[tuple] = []
@@ -368,6 +368,92 @@ def count_casts(fn: Callable[[], Any]) -> CastCount:
 
 
 # ---------------------------------------------------------------------------------------------
+# Timing and training (sections 4 and 5): the reference steps, the timed models, a training run
+
+
+def _call(step: Callable[..., Any], *args: Any) -> Any:
+    """Run the student's step with its stderr kept out of the test cell."""
+    with captured_stderr():
+        return step(*args)
+
+
+def timed_models(
+    which: str, seed: int, device: str | None = None, copies: int = 2
+) -> tuple[Any, ...]:
+    """``copies`` identical models (baseline, candidate, …) and one batch for the timed step."""
+    device = device or track().device
+    s = sizes(track().name)
+    gen = torch.Generator().manual_seed(seed + 1)
+    if which == "text":
+        problem = text_problem(s.text.seq_len)
+        x, y = problem.batch(s.text, gen, device)
+        nets = [problem.model(s.text, seed, device) for _ in range(copies)]
+    else:
+        x, y = image_batch(s.image, gen, device)
+        nets = [image_model(s.image, seed, device) for _ in range(copies)]
+    return (*nets, x, y)
+
+
+@dataclass(frozen=True)
+class TrainRun:
+    accuracy: float
+    losses: list[float]
+    seconds: float
+
+
+@_one_thread
+def train_run(step: Callable[..., Any], seed: int, device: str | None = None) -> TrainRun:
+    """A short AdamW run with ``step(model, opt, x, y)``; test accuracy at the end."""
+    import time
+
+    device = device or track().device
+    s = sizes(track().name)
+    problem = text_problem(s.train.seq_len)
+    model = problem.model(s.train, seed, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr)
+    gen = torch.Generator().manual_seed(seed + 1)
+    losses = []
+    start = time.perf_counter()
+    for _ in range(s.train_steps):
+        losses.append(float(_call(step, model, opt, *problem.batch(s.train, gen, device))))
+    seconds = time.perf_counter() - start
+    return TrainRun(models.accuracy(model, problem.x_test, problem.y_test), losses, seconds)
+
+
+def reference_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor
+) -> Tensor:
+    """The instructor's answer to Exercise 1, timed beside the student's step by the graders."""
+    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def reference_scaled_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    x: Tensor,
+    y: Tensor,
+) -> Tensor:
+    """The instructor's answer to Exercise 3: fp16 autocast with loss scaling."""
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def goal(check: str) -> targets.Goal:
+    return targets.goal(TARGETS, check)
+
+
+# ---------------------------------------------------------------------------------------------
 # Demonstrations
 
 
@@ -428,6 +514,13 @@ def underflow_rows(
     return rows
 
 
+def iter_rows(rows: list[UnderflowRow]) -> Iterator[str]:
+    """The underflow rows as aligned text lines."""
+    yield f"{'loss weight':>11}  {'precision':<13}{'lost gradients':>15}{'gradient error':>16}"
+    for r in rows:
+        yield f"{r.loss_weight:>11g}  {r.precision:<13}{r.lost:>14.2%}{r.error:>16.3g}"
+
+
 @dataclass(frozen=True)
 class ScaleHistory:
     scales: list[float]  # the scale in effect at each step
@@ -467,7 +560,63 @@ def scale_history(
 
 
 # ---------------------------------------------------------------------------------------------
-# Checks
+# The checks: one per hidden test cell, and the helpers only they use.
+
+
+GRAD_TOLERANCE = 0.05  # relative (norm) error allowed between a low-precision and an fp32 step
+
+
+class ProbedStep:
+    """``step`` with a :class:`Probe` on the model of every call, made where the step runs.
+
+    The graders make it with ``checks.beside(step, ProbedStep, keep=True)``: in the judge the
+    step runs in the sandboxed worker, where hooks on the judge's copy of a model would see
+    nothing, so the probe lives there and :func:`seen_by` reads what it saw (what the worker
+    reports: dtypes are a diagnostic; losses, gradients and updates are checked in the judge).
+    """
+
+    def __init__(self, step: Callable[..., Any]) -> None:
+        self.step = step
+        self.seen: dict[str, Any] = {"layers": 0, "outputs": [], "weights": [], "grads": []}
+
+    def __call__(self, model: nn.Module, *args: Any) -> Any:
+        with Probe(model) as probe:
+            loss = _call(self.step, model, *args)
+        params = list(model.parameters())
+        self.seen = {
+            "layers": len(probe.modules),
+            "outputs": [*self.seen["outputs"], *probe.dtypes],
+            "weights": [p.dtype for p in params],
+            "grads": [p.grad.dtype for p in params if p.grad is not None],
+        }
+        return loss
+
+
+def seen_by(probed: ProbedStep) -> dict[str, Any]:
+    """What ``probed`` saw: Linear/Conv output dtypes of every call, and the parameter and
+    gradient dtypes after the last one (data, so the judge can read it)."""
+    return dict(probed.seen)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a :class:`ProbedStep` reported."""
+
+    layers: int
+    outputs: list[torch.dtype]
+    weights: list[torch.dtype]
+    grads: list[torch.dtype]
+
+    @classmethod
+    def of(cls, probed: Any) -> Seen:
+        """Read ``probed`` (a :class:`ProbedStep` here or in the judge's worker)."""
+        return cls(**checks.beside(probed, seen_by))
+
+    def fraction(self, dtype: torch.dtype) -> float:
+        return _share(self.outputs, dtype)
+
+    def summary(self) -> str:
+        return _outputs_seen(self.layers, self.outputs)
 
 
 @dataclass
@@ -515,12 +664,6 @@ def _max_grad_error(model: nn.Module, ref: nn.Module) -> tuple[float, str]:
         if not err <= worst:  # NaN counts as worst
             worst, where = err, name
     return worst, where
-
-
-def _call(step: Callable[..., Any], *args: Any) -> Any:
-    """Run the student's step with its stderr kept out of the test cell."""
-    with captured_stderr():
-        return step(*args)
 
 
 @_one_thread
@@ -639,82 +782,6 @@ def new_scaler(_step: Any, device: str, init_scale: float) -> torch.amp.GradScal
 
 def current_scale(scaler: torch.amp.GradScaler) -> float:
     return float(scaler.get_scale())
-
-
-def timed_models(
-    which: str, seed: int, device: str | None = None, copies: int = 2
-) -> tuple[Any, ...]:
-    """``copies`` identical models (baseline, candidate, …) and one batch for the timed step."""
-    device = device or track().device
-    s = sizes(track().name)
-    gen = torch.Generator().manual_seed(seed + 1)
-    if which == "text":
-        problem = text_problem(s.text.seq_len)
-        x, y = problem.batch(s.text, gen, device)
-        nets = [problem.model(s.text, seed, device) for _ in range(copies)]
-    else:
-        x, y = image_batch(s.image, gen, device)
-        nets = [image_model(s.image, seed, device) for _ in range(copies)]
-    return (*nets, x, y)
-
-
-@dataclass(frozen=True)
-class TrainRun:
-    accuracy: float
-    losses: list[float]
-    seconds: float
-
-
-@_one_thread
-def train_run(step: Callable[..., Any], seed: int, device: str | None = None) -> TrainRun:
-    """A short AdamW run with ``step(model, opt, x, y)``; test accuracy at the end."""
-    import time
-
-    device = device or track().device
-    s = sizes(track().name)
-    problem = text_problem(s.train.seq_len)
-    model = problem.model(s.train, seed, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=s.lr)
-    gen = torch.Generator().manual_seed(seed + 1)
-    losses = []
-    start = time.perf_counter()
-    for _ in range(s.train_steps):
-        losses.append(float(_call(step, model, opt, *problem.batch(s.train, gen, device))))
-    seconds = time.perf_counter() - start
-    return TrainRun(models.accuracy(model, problem.x_test, problem.y_test), losses, seconds)
-
-
-def reference_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor
-) -> Tensor:
-    """The instructor's answer to Exercise 1, timed beside the student's step by the graders."""
-    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
-        loss = F.cross_entropy(model(x), y)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
-
-
-def reference_scaled_step(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    x: Tensor,
-    y: Tensor,
-) -> Tensor:
-    """The instructor's answer to Exercise 3: fp16 autocast with loss scaling."""
-    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
-        loss = F.cross_entropy(model(x), y)
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
-
-
-def goal(check: str) -> targets.Goal:
-    return targets.goal(TARGETS, check)
 
 
 def _graded(check: str, report: Report, points: float) -> float:
@@ -859,64 +926,3 @@ def check_accuracy(amp_step: Callable[..., Any], *, points: float) -> float:
         f"your step {yours.accuracy:.3f}"
     )
     return checks.value(goal("accuracy"), lambda: ref.accuracy - yours.accuracy, points=points)
-
-
-def iter_rows(rows: list[UnderflowRow]) -> Iterator[str]:
-    """The underflow rows as aligned text lines."""
-    yield f"{'loss weight':>11}  {'precision':<13}{'lost gradients':>15}{'gradient error':>16}"
-    for r in rows:
-        yield f"{r.loss_weight:>11g}  {r.precision:<13}{r.lost:>14.2%}{r.error:>16.3g}"
-
-
-# The checks the judge runs outside the student's process, and the quick tests they vouch for.
-# Which dtypes autocast produced, the parameter and gradient dtypes and the GradScaler's scale
-# are read in the worker (checks.beside, see docs/grading.md); losses, gradients, weight updates,
-# skipped steps, accuracy and time are the judge's.
-JUDGED = ("amp_step", "text_speed", "image_speed", "accuracy", "scaled_step")
-VOUCHED = {"test_amp_step_quick": "amp_step", "test_scaled_step_quick": "scaled_step"}
-SCRIPT = "tools/measure/lab03_mixed_precision.py"
-AMP_SAPPHIRE = (
-    "a course author's measurement on a 2-core Intel Sapphire Rapids VM (AMX), 2026-12-02, "
-    "with other code than this lab's (not repeated with lab 03's steps)"
-)
-AMP_CLAIM = "the claim lab 03 quotes (GPU unknown) — NOT measured on any course machine"
-TARGETS: tuple[Target, ...] = (
-    # Speed, graded relative to reference_step timed in the same run (checks.speed_check):
-    # full credit at floor + 70% of the reference's gain here, at most `target`; where the
-    # reference does not clear `floor` the points grade *_autocast instead (as on cpu-basic).
-    Target("03", "text_step", "cpu", "speedup", 1.5, 1.15,
-           f"{SCRIPT}: 1.06–1.09x, median 1.08 (4 runs, {ZEN4_VM}) — below the floor, so speed is "
-           f"not gradable there; {AMP_SAPPHIRE}: small-encoder training step 2.2–2.3x",
-           "baseline copy 0.94–1.04x (4 runs, same script)", ZEN4_VM, "2026-12-03", SCRIPT),
-    Target("03", "image_step", "cpu", "speedup", 1.5, 1.15,
-           f"{SCRIPT}: ResNet-18 128 px batch 16 training step 1.84–1.89x (3 runs, {ZEN4_VM}); "
-           f"{AMP_SAPPHIRE}: ResNet-18 b32 224 px 2.4–2.5x",
-           "baseline copy 0.98–1.04x (3 runs, same script)", ZEN4_VM, "2026-12-03", SCRIPT),
-    Target("03", "text_step", "cuda", "speedup", 1.3, 1.15,
-           "the quoted claim: fp16 autocast + GradScaler 2.1x on an NLP classifier",
-           "fp32 step vs itself ≈ 1.0x", AMP_CLAIM, "2026-12-02"),
-    Target("03", "image_step", "cuda", "speedup", 1.3, 1.15,
-           "the quoted claim: 2.1x on an NLP classifier (no image measurement)",
-           "fp32 step vs itself ≈ 1.0x", AMP_CLAIM, "2026-12-02"),
-    # Where speed is not gradable (cpu-basic, or a reference below the floor): the share of
-    # bf16 Linear/Conv outputs of one timed-size step (autocast_share).
-    Target("03", "text_autocast", "cpu", "score", 1.0, 0.0,
-           f"{SCRIPT} --smoke: 1.0 (all Linear outputs bf16), 5 seeds; earlier 1.0 in 12 smoke + "
-           f"10 full seeds on the {CPU_VM}",
-           "0.0 (all fp32), 5 of 5 seeds", ZEN4_VM, "2026-12-03", SCRIPT),
-    Target("03", "image_autocast", "cpu", "score", 1.0, 0.0,
-           f"{SCRIPT} --smoke: 1.0 (all Conv/Linear outputs bf16), 5 seeds",
-           "0.0 (all fp32), 5 of 5 seeds", ZEN4_VM, "2026-12-03", SCRIPT),
-    # Correctness and accuracy: hardware-independent, the "cpu" rows serve every track.
-    Target("03", "amp_step", "cpu", "score", 1.0, 0.5,
-           f"{SCRIPT} --smoke: 1.0 in 5 of 5 seeds (reference_step); earlier 1.0 in 12 smoke + "
-           "10 full seeds, gradient error ≤ 0.012 (tolerance 0.05)",
-           "0.0 in 5 of 5 seeds (no bf16 activations)", ZEN4_VM, "2026-12-03", SCRIPT),
-    Target("03", "scaler", "cpu", "score", 1.0, 0.5,
-           f"{SCRIPT} --smoke: 1.0 in 5 of 5 seeds (reference_scaled_step, fp16 on CPU)",
-           "0.0 in 5 of 5 seeds (fp32, scaler unused)", ZEN4_VM, "2026-12-03", SCRIPT),
-    Target("03", "accuracy", "cpu", "accuracy_drop", 0.02, 0.10,
-           f"{SCRIPT} --smoke: drop −0.0013…+0.0013 in 5 seeds (40 steps); earlier −0.0002…"
-           "+0.0004 in 12 full seeds (120 steps)",
-           "0.0 (fp32 against itself)", ZEN4_VM, "2026-12-03", SCRIPT),
-)  # fmt: skip

@@ -37,7 +37,7 @@ from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("04")
 
-# The checks the judge runs outside the student's process: the step is called in the worker on
+# Checks the judge runs outside the student's process: the step is called in the worker on
 # the judge's models and batches (mirrored: the gradients come back); the AMP check's autocast
 # dtype and the memory check's gradients are read in the worker (checks.beside).
 JUDGED = ("gradients", "amp", "memory")
@@ -415,7 +415,7 @@ def amp_training_table(
 
 
 # ---------------------------------------------------------------------------------------------
-# The graders' checks: fresh models and inputs from a secret seed, nothing from the notebook
+# The checks: fresh models and inputs from a secret seed, nothing from the notebook
 
 GRADIENT_CASES: tuple[tuple[Callable[[], nn.Module], int, int | None, int], ...] = (
     # (model, batch, image side or None for 32 features, micro-batches)

@@ -46,7 +46,13 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 LAB = lineup.lab("05")
-BlockFactory = Callable[[int, int, int], nn.Module]  # (c_in, c_out, stride) -> block
+
+# Every check runs in the judge. Shapes, outputs and the FLOP formula are checked on data;
+# parameter counts, FlopCounterMode's count and the training run come from the worker
+# (checks.beside: the worker's word, docs/grading.md); test accuracy is computed here from the
+# trained model's predictions on the test split.
+JUDGED = ("block", "flops_formula", "flops_ratio", "accuracy")
+VOUCHED = {"test_block_visible": "block", "test_flops_visible": "flops_formula"}
 
 # Nothing timing-based is graded (the lab's point: FLOPs do not predict CPU time here).
 # flops_ratio: FlopCounterMode FLOPs of baseline_block(128, 128) / the student's block on a
@@ -102,6 +108,8 @@ TARGETS: tuple[Target, ...] = (
            "input +0.20..+0.48, detached +0.20..+0.41; both also fail the accuracy check",
            ZEN4_VM, "2026-12-03", SCRIPT),
 )  # fmt: skip
+
+BlockFactory = Callable[[int, int, int], nn.Module]  # (c_in, c_out, stride) -> block
 
 
 @dataclass(frozen=True)
@@ -365,6 +373,43 @@ def frozen_tensors(model: nn.Module) -> int:
     return int(getattr(model, "frozen_tensors", 0))
 
 
+def predicted_classes(model: nn.Module, x: Tensor, batch_size: int = 256) -> Tensor:
+    """``model``'s class for each image of ``x``, in eval mode, without gradients."""
+    model.eval()
+    with torch.no_grad():
+        return torch.cat(
+            [model(x[i : i + batch_size]).argmax(dim=1) for i in range(0, len(x), batch_size)]
+        )
+
+
+def split_accuracy(model: Any, size: TrainSize | None = None) -> float:
+    """Accuracy of ``model`` (here, or in the judge's worker) on the inspection test split,
+    computed here from the classes it predicts."""
+    size = size or sizes().train
+    _, _, x_test, y_test = datasets.inspection_tensors(size.image, "image", None)
+    predicted = checks.beside(model, predicted_classes, x_test)
+    if not isinstance(predicted, Tensor) or predicted.shape != y_test.shape:
+        raise checks.CheckFailed("the trained classifier does not give one class per image")
+    return float((predicted == y_test).float().mean())
+
+
+def accuracies(block: BlockFactory, seed: int) -> dict[str, float]:
+    """Test accuracy of the student's block and of the standard block, each after the graded
+    training run with ``seed``."""
+    with captured_stderr():
+        mine = checks.beside(block, trained_classifier, seed, keep=True)
+        frozen = checks.beside(mine, frozen_tensors)
+        if frozen:
+            raise checks.CheckFailed(
+                f"{frozen} parameter tensors of your blocks did not change in training: does the "
+                "gradient reach them (detach, no_grad, requires_grad=False, an ignored input)?"
+            )
+        standard = trained_classifier(baseline_block, seed)
+        found = {"efficient": split_accuracy(mine), "standard": split_accuracy(standard)}
+    print(f"test accuracy: standard {found['standard']:.3f}, yours {found['efficient']:.3f}")
+    return found
+
+
 # ---------------------------------------------------------------------------------------------
 # The claim: both classifiers trained to a plateau, several seeds (shown, not graded).
 
@@ -543,24 +588,8 @@ def plot_plateau(found: Plateau, ax: Axes | None = None) -> Axes:
     return ax
 
 
-def predicted_classes(model: nn.Module, x: Tensor, batch_size: int = 256) -> Tensor:
-    """``model``'s class for each image of ``x``, in eval mode, without gradients."""
-    model.eval()
-    with torch.no_grad():
-        return torch.cat(
-            [model(x[i : i + batch_size]).argmax(dim=1) for i in range(0, len(x), batch_size)]
-        )
-
-
 def parameter_count(module: nn.Module) -> int:
     return int(sum(p.numel() for p in module.parameters()))
-
-
-def eval_output(module: nn.Module, x: Tensor) -> Tensor:
-    """``module(x)`` in eval mode, without gradients."""
-    module.eval()
-    with torch.no_grad():
-        return module(x)
 
 
 def flops_of(module: nn.Module, x: Tensor) -> int:
@@ -581,14 +610,6 @@ def roofline_point(flops: int, nbytes: int, seconds: float) -> tuple[float, floa
 
 def _draw(gen: torch.Generator, low: int, high: int, count: int = 1) -> list[int]:
     return [int(v) for v in torch.randint(low, high, (count,), generator=gen)]
-
-
-# Every check runs in the judge. Shapes, outputs and the FLOP formula are checked on data;
-# parameter counts, FlopCounterMode's count and the training run come from the worker
-# (checks.beside: the worker's word, docs/grading.md); test accuracy is computed here from the
-# trained model's predictions on the test split.
-JUDGED = ("block", "flops_formula", "flops_ratio", "accuracy")
-VOUCHED = {"test_block_visible": "block", "test_flops_visible": "flops_formula"}
 
 
 def check_block(block: BlockFactory, *, points: float) -> float:
@@ -632,6 +653,13 @@ def check_flops_formula(efficient_block_flops: Callable[..., int], *, points: fl
     return float(points)
 
 
+def eval_output(module: nn.Module, x: Tensor) -> Tensor:
+    """``module(x)`` in eval mode, without gradients."""
+    module.eval()
+    with torch.no_grad():
+        return module(x)
+
+
 def check_flops_ratio(block: BlockFactory, *, points: float) -> float:
     """FlopCounterMode FLOPs of ``baseline_block(128, 128)`` over ``block(128, 128)`` on a
     (1, 128, S, S) input, S secret in [40, 64); only for a block with the specified parameters
@@ -655,37 +683,9 @@ def check_flops_ratio(block: BlockFactory, *, points: float) -> float:
     return checks.value(targets.goal(TARGETS, "flops_ratio"), flops_ratio, points=points)
 
 
-def split_accuracy(model: Any, size: TrainSize | None = None) -> float:
-    """Accuracy of ``model`` (here, or in the judge's worker) on the inspection test split,
-    computed here from the classes it predicts."""
-    size = size or sizes().train
-    _, _, x_test, y_test = datasets.inspection_tensors(size.image, "image", None)
-    predicted = checks.beside(model, predicted_classes, x_test)
-    if not isinstance(predicted, Tensor) or predicted.shape != y_test.shape:
-        raise checks.CheckFailed("the trained classifier does not give one class per image")
-    return float((predicted == y_test).float().mean())
-
-
 # A correct block's 150-step run misses a target on a few seeds in a hundred (smoke sweeps, see
 # the accuracy rows), so check_accuracy grades the best of up to this many runs (checks.best_run).
 ATTEMPTS = 3
-
-
-def accuracies(block: BlockFactory, seed: int) -> dict[str, float]:
-    """Test accuracy of the student's block and of the standard block, each after the graded
-    training run with ``seed``."""
-    with captured_stderr():
-        mine = checks.beside(block, trained_classifier, seed, keep=True)
-        frozen = checks.beside(mine, frozen_tensors)
-        if frozen:
-            raise checks.CheckFailed(
-                f"{frozen} parameter tensors of your blocks did not change in training: does the "
-                "gradient reach them (detach, no_grad, requires_grad=False, an ignored input)?"
-            )
-        standard = trained_classifier(baseline_block, seed)
-        found = {"efficient": split_accuracy(mine), "standard": split_accuracy(standard)}
-    print(f"test accuracy: standard {found['standard']:.3f}, yours {found['efficient']:.3f}")
-    return found
 
 
 def check_accuracy(block: BlockFactory, *, points: float) -> float:

@@ -38,6 +38,57 @@ from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("06")
+
+# Lab 06: attention_sdpa (F.scaled_dot_product_attention, the CPU flash kernel) against the
+# grader's naive attention (baseline_attention), fp32, graded by check_speed and check_memory.
+# Speed: interleaved pairs, 1 thread, batch 1, length 1024, head dim 64, 12 heads (8 in smoke),
+# graded relative to reference_sdpa timed in the same run (checks.speed_check).
+# Memory: sampled RSS with glibc thresholds pinned (measure.rss_follows_tensors), batch 1,
+# 4 heads, length 4096 (2048 in smoke): naive keeps two score matrices alive, SDPA its output.
+# Checks the judge runs outside the student's process (the rest run in the sandboxed worker).
+# Quick-test cells whose points the judge's check of the same answer must vouch for.
+VOUCHED = {
+    "test_naive_visible": "naive",
+    "test_blockwise_visible": "blockwise",
+    "test_sdpa_visible": "sdpa",
+}
+JUDGED = ("naive", "blockwise", "blockwise_memory", "sdpa", "speed", "memory")
+MEASURE = "tools/measure/lab06_attention.py"
+LAB06_CUDA = "NOT measured (no GPU when this lab was written)"
+TARGETS: tuple[Target, ...] = (
+    Target("06", "speedup", "cpu", "speedup", 2.0, 1.3,
+           f"{MEASURE}, reference_sdpa, 5 runs per mode: full 3.10–3.32x, median 3.15 (12 heads; "
+           "1.86 s → 547 ms per call, the machine oversubscribed by other jobs, load average "
+           "13–15 on 2 cores); smoke 3.06–3.38x, median 3.20 (8 heads)",
+           "naive pasted as SDPA (baseline_attention), 5 runs per mode: full 0.92–1.03x, "
+           "median 1.01; smoke 0.96–1.02x, median 1.00",
+           ZEN4_VM, "2026-12-03", MEASURE),
+    Target("06", "peak_memory", "cpu", "memory_ratio", 10.0, 3.0,
+           f"{MEASURE}, reference_sdpa, 5 runs per mode: full 113–114x (516 → 4.6 MB); smoke "
+           "51.1–51.8x (130 → 2.5 MB); naive = two score matrices + output, SDPA = its output "
+           "+ tiles",
+           "naive pasted as SDPA (baseline_attention): 1.00x in all 5 runs per mode (516 → 516 MB; "
+           "smoke 130 → 130 MB)",
+           ZEN4_VM, "2026-12-03", MEASURE),
+    # Exercise 2 (the online softmax by hand) at its default block of 128 keys: its block of
+    # scores (4 heads x 4096 x 128, fp32: 8 MB) and the temporaries made from it.
+    Target("06", "blockwise_memory", "cpu", "memory_ratio", 4.0, 2.0,
+           "reference_blockwise (block_size 128), check_blockwise_memory, 5 secret seeds per mode, "
+           "other core loaded: full 12.4-12.5x (516 -> 41.4 MB); smoke 6.30-6.36x",
+           "naive pasted as the blockwise answer: 1.00x in all 5 runs (516 -> 516 MB); a block "
+           "of a quarter of the length (1024 keys) is expected near 2.6x",
+           ZEN4_VM, "2026-12-05", f"{MEASURE} --blockwise"),
+    Target("06", "blockwise_memory", "cuda", "memory_ratio", 4.0, 2.0,
+           "not measured; expected as on CPU", "expected 1.0x (same naive code)", LAB06_CUDA,
+           "2026-12-05"),
+    Target("06", "speedup", "cuda", "speedup", 1.5, 1.15,
+           "not measured; the claim lab 06 quotes: flash_attn fp16 1.8x on BERT-base (GPU unknown)",
+           "expected 1.0x (same naive code)", LAB06_CUDA, "2026-12-03"),
+    Target("06", "peak_memory", "cuda", "memory_ratio", 10.0, 3.0,
+           "not measured; expected about 2 score matrices / output (~100x at length 4096)",
+           "expected 1.0x (same naive code)", LAB06_CUDA, "2026-12-03"),
+)  # fmt: skip
+
 Attention = Callable[..., Tensor]  # fn(q, k, v, mask=None) -> Tensor
 
 # The fused kernels SDPA dispatches to (CPU flash; CUDA flash, memory-efficient, cuDNN; others).
@@ -377,59 +428,86 @@ def backend_table(
     return rows
 
 
-# Lab 06: attention_sdpa (F.scaled_dot_product_attention, the CPU flash kernel) against the
-# grader's naive attention (baseline_attention), fp32, graded by check_speed and check_memory.
-# Speed: interleaved pairs, 1 thread, batch 1, length 1024, head dim 64, 12 heads (8 in smoke),
-# graded relative to reference_sdpa timed in the same run (checks.speed_check).
-# Memory: sampled RSS with glibc thresholds pinned (measure.rss_follows_tensors), batch 1,
-# 4 heads, length 4096 (2048 in smoke): naive keeps two score matrices alive, SDPA its output.
-# The checks the judge runs outside the student's process (the rest run in the sandboxed worker).
-# Quick-test cells whose points the judge's check of the same answer must vouch for.
-VOUCHED = {
-    "test_naive_visible": "naive",
-    "test_blockwise_visible": "blockwise",
-    "test_sdpa_visible": "sdpa",
-}
-JUDGED = ("naive", "blockwise", "blockwise_memory", "sdpa", "speed", "memory")
-MEASURE = "tools/measure/lab06_attention.py"
-LAB06_CUDA = "NOT measured (no GPU when this lab was written)"
-TARGETS: tuple[Target, ...] = (
-    Target("06", "speedup", "cpu", "speedup", 2.0, 1.3,
-           f"{MEASURE}, reference_sdpa, 5 runs per mode: full 3.10–3.32x, median 3.15 (12 heads; "
-           "1.86 s → 547 ms per call, the machine oversubscribed by other jobs, load average "
-           "13–15 on 2 cores); smoke 3.06–3.38x, median 3.20 (8 heads)",
-           "naive pasted as SDPA (baseline_attention), 5 runs per mode: full 0.92–1.03x, "
-           "median 1.01; smoke 0.96–1.02x, median 1.00",
-           ZEN4_VM, "2026-12-03", MEASURE),
-    Target("06", "peak_memory", "cpu", "memory_ratio", 10.0, 3.0,
-           f"{MEASURE}, reference_sdpa, 5 runs per mode: full 113–114x (516 → 4.6 MB); smoke "
-           "51.1–51.8x (130 → 2.5 MB); naive = two score matrices + output, SDPA = its output "
-           "+ tiles",
-           "naive pasted as SDPA (baseline_attention): 1.00x in all 5 runs per mode (516 → 516 MB; "
-           "smoke 130 → 130 MB)",
-           ZEN4_VM, "2026-12-03", MEASURE),
-    # Exercise 2 (the online softmax by hand) at its default block of 128 keys: its block of
-    # scores (4 heads x 4096 x 128, fp32: 8 MB) and the temporaries made from it.
-    Target("06", "blockwise_memory", "cpu", "memory_ratio", 4.0, 2.0,
-           "reference_blockwise (block_size 128), check_blockwise_memory, 5 secret seeds per mode, "
-           "other core loaded: full 12.4-12.5x (516 -> 41.4 MB); smoke 6.30-6.36x",
-           "naive pasted as the blockwise answer: 1.00x in all 5 runs (516 -> 516 MB); a block "
-           "of a quarter of the length (1024 keys) is expected near 2.6x",
-           ZEN4_VM, "2026-12-05", f"{MEASURE} --blockwise"),
-    Target("06", "blockwise_memory", "cuda", "memory_ratio", 4.0, 2.0,
-           "not measured; expected as on CPU", "expected 1.0x (same naive code)", LAB06_CUDA,
-           "2026-12-05"),
-    Target("06", "speedup", "cuda", "speedup", 1.5, 1.15,
-           "not measured; the claim lab 06 quotes: flash_attn fp16 1.8x on BERT-base (GPU unknown)",
-           "expected 1.0x (same naive code)", LAB06_CUDA, "2026-12-03"),
-    Target("06", "peak_memory", "cuda", "memory_ratio", 10.0, 3.0,
-           "not measured; expected about 2 score matrices / output (~100x at length 4096)",
-           "expected 1.0x (same naive code)", LAB06_CUDA, "2026-12-03"),
-)  # fmt: skip
+# ---------------------------------------------------------------------------------------------
+# Exercise 2, the online softmax by hand: attention over blocks of keys, never the L x L matrix.
+
+
+def reference_blockwise(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, block_size: int = 128
+) -> Tensor:
+    """The instructors' ``attention_blockwise``: walk over blocks of ``block_size`` keys keeping,
+    per query row, the running maximum ``m``, the running sum ``l`` of exponentials relative to
+    it and the unnormalised output ``o`` (fp32), rescaling both by ``exp(m - m_new)`` as each
+    block arrives; return ``o / l``. ``mask`` as in :func:`baseline_attention`."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    qs = q.float() * scale
+    m = torch.full((*q.shape[:-1], 1), float("-inf"), device=q.device)
+    total = torch.zeros_like(m)
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    for start in range(0, k.shape[-2], block_size):
+        stop = start + block_size
+        s = qs @ k[..., start:stop, :].float().transpose(-2, -1)
+        if mask is not None:
+            part = mask[..., start:stop]
+            s = s.masked_fill(~part, float("-inf")) if part.dtype == torch.bool else s + part
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp(s - shift)
+        rescale = torch.exp(m - shift)
+        total = rescale * total + p.sum(dim=-1, keepdim=True)
+        out = rescale * out + p @ v[..., start:stop, :].float()
+        m = m_new
+    return (out / total).to(q.dtype)
+
+
+# The problem on which the answer may not make a tensor of a quarter of the full score matrix
+# or more (with its block size, 64 keys, the block's scores are an eighth of it).
+LONG_CASE = (Problem(1, 2, 512, 32), 64)
+# Block sizes the checks ask for, case by case (none divides its length: the last block is short).
+BLOCKS = (29, 16, 96, 48, 20)
+
+
+def trace_with_block(answer: Attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                     block_size: int) -> Trace:  # fmt: skip
+    """:func:`trace` of ``answer(q, k, v, mask, block_size)`` (run where the answer lives)."""
+    return trace(answer, q, k, v, mask, block_size)
+
+
+def blockwise_errors(answer: Attention, generator: torch.Generator) -> list[str]:
+    """The rules ``attention_blockwise`` must keep, on :data:`CASES` and :data:`LONG_CASE` from
+    ``generator``: the float64 reference's output at every block size (a short last block, a
+    padding mask), no fused kernel, and no tensor of a quarter of the score matrix or more on
+    the long case. Returns the broken rules (empty: all kept)."""
+    broken = []
+    cases = [(p, d, m, b) for (p, d, m), b in zip(CASES, BLOCKS, strict=True)]
+    cases.append((LONG_CASE[0], torch.float32, True, LONG_CASE[1]))
+    for problem, dtype, masked, block in cases:
+        q, k, v = qkv(problem, dtype=dtype, generator=generator)
+        mask = (
+            key_padding_mask(problem.batch, problem.length, generator=generator) if masked else None
+        )
+        what = f"{problem}, {dtype}, block_size {block}, {'padding mask' if masked else 'no mask'}"
+        with captured_stderr():
+            out = answer(q, k, v, mask, block)
+            seen = checks.beside(answer, trace_with_block, q, k, v, mask, block)
+        atol, rtol = TOLERANCE[dtype]
+        want = reference(q, k, v, mask)
+        if not isinstance(out, Tensor) or out.shape != want.shape or out.dtype != want.dtype:
+            broken.append(f"{what}: return a tensor of q's shape and dtype")
+        elif not torch.allclose(out, want, atol=atol, rtol=rtol):
+            broken.append(f"{what}: max abs error {numerics.max_abs_error(out, want):.2g}")
+        if seen.fused_kernels:
+            broken.append(f"{what}: called {seen.fused_kernels[0]} (write the loop yourself)")
+        if (problem, block) == LONG_CASE and seen.largest_bytes * 4 >= problem.score_bytes():
+            broken.append(
+                f"{what}: made a tensor {seen.largest_shape} of {seen.largest_bytes / 2**10:.0f} "
+                f"KB, a quarter or more of the {problem.score_bytes() / 2**10:.0f} KB score matrix"
+            )
+    return broken
 
 
 # ---------------------------------------------------------------------------------------------
-# The graders' checks: fresh secret inputs, the package's own naive attention as the baseline.
+# The checks: fresh secret inputs, the package's own naive attention as the baseline.
 
 
 def _check_cases(answer: Attention, name: str, *, fused: bool, points: float) -> float:
@@ -554,82 +632,7 @@ def check_memory(attention_sdpa: Attention, *, points: float) -> float:
     return checks.memory(goal, baseline, candidate, points=points)
 
 
-# ---------------------------------------------------------------------------------------------
-# Exercise 2, the online softmax by hand: attention over blocks of keys, never the L x L matrix.
-
-
-def reference_blockwise(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, block_size: int = 128
-) -> Tensor:
-    """The instructors' ``attention_blockwise``: walk over blocks of ``block_size`` keys keeping,
-    per query row, the running maximum ``m``, the running sum ``l`` of exponentials relative to
-    it and the unnormalised output ``o`` (fp32), rescaling both by ``exp(m - m_new)`` as each
-    block arrives; return ``o / l``. ``mask`` as in :func:`baseline_attention`."""
-    scale = 1 / math.sqrt(q.shape[-1])
-    qs = q.float() * scale
-    m = torch.full((*q.shape[:-1], 1), float("-inf"), device=q.device)
-    total = torch.zeros_like(m)
-    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    for start in range(0, k.shape[-2], block_size):
-        stop = start + block_size
-        s = qs @ k[..., start:stop, :].float().transpose(-2, -1)
-        if mask is not None:
-            part = mask[..., start:stop]
-            s = s.masked_fill(~part, float("-inf")) if part.dtype == torch.bool else s + part
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-        shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-        p = torch.exp(s - shift)
-        rescale = torch.exp(m - shift)
-        total = rescale * total + p.sum(dim=-1, keepdim=True)
-        out = rescale * out + p @ v[..., start:stop, :].float()
-        m = m_new
-    return (out / total).to(q.dtype)
-
-
-# The problem on which the answer may not make a tensor of a quarter of the full score matrix
-# or more (with its block size, 64 keys, the block's scores are an eighth of it).
-LONG_CASE = (Problem(1, 2, 512, 32), 64)
-# Block sizes the checks ask for, case by case (none divides its length: the last block is short).
-BLOCKS = (29, 16, 96, 48, 20)
-
-
-def trace_with_block(answer: Attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                     block_size: int) -> Trace:  # fmt: skip
-    """:func:`trace` of ``answer(q, k, v, mask, block_size)`` (run where the answer lives)."""
-    return trace(answer, q, k, v, mask, block_size)
-
-
-def blockwise_errors(answer: Attention, generator: torch.Generator) -> list[str]:
-    """The rules ``attention_blockwise`` must keep, on :data:`CASES` and :data:`LONG_CASE` from
-    ``generator``: the float64 reference's output at every block size (a short last block, a
-    padding mask), no fused kernel, and no tensor of a quarter of the score matrix or more on
-    the long case. Returns the broken rules (empty: all kept)."""
-    broken = []
-    cases = [(p, d, m, b) for (p, d, m), b in zip(CASES, BLOCKS, strict=True)]
-    cases.append((LONG_CASE[0], torch.float32, True, LONG_CASE[1]))
-    for problem, dtype, masked, block in cases:
-        q, k, v = qkv(problem, dtype=dtype, generator=generator)
-        mask = (
-            key_padding_mask(problem.batch, problem.length, generator=generator) if masked else None
-        )
-        what = f"{problem}, {dtype}, block_size {block}, {'padding mask' if masked else 'no mask'}"
-        with captured_stderr():
-            out = answer(q, k, v, mask, block)
-            seen = checks.beside(answer, trace_with_block, q, k, v, mask, block)
-        atol, rtol = TOLERANCE[dtype]
-        want = reference(q, k, v, mask)
-        if not isinstance(out, Tensor) or out.shape != want.shape or out.dtype != want.dtype:
-            broken.append(f"{what}: return a tensor of q's shape and dtype")
-        elif not torch.allclose(out, want, atol=atol, rtol=rtol):
-            broken.append(f"{what}: max abs error {numerics.max_abs_error(out, want):.2g}")
-        if seen.fused_kernels:
-            broken.append(f"{what}: called {seen.fused_kernels[0]} (write the loop yourself)")
-        if (problem, block) == LONG_CASE and seen.largest_bytes * 4 >= problem.score_bytes():
-            broken.append(
-                f"{what}: made a tensor {seen.largest_shape} of {seen.largest_bytes / 2**10:.0f} "
-                f"KB, a quarter or more of the {problem.score_bytes() / 2**10:.0f} KB score matrix"
-            )
-    return broken
+# Exercise 2, the online softmax by hand
 
 
 def check_blockwise(attention_blockwise: Attention, *, points: float) -> float:

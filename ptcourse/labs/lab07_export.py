@@ -37,10 +37,32 @@ from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("07")
+
+# Checks the judge runs outside the student's process: the ONNX model crosses as bytes
+# (loaded by the judge's own ONNX Runtime session); runners and modules are called in the worker.
+JUDGED = ("export", "session", "speed", "median", "branch")
+VOUCHED = {"test_export_visible": "export"}
+
+# ort_latency: the student's ORT session of the exported inspection classifier (tiny_cnn 32 ch,
+# 64x64, 1 intra-op thread, spinning off) vs eager PyTorch, batch-1 latency, interleaved. The
+# check times CPU sessions on every track (a GPU machine uses this row too). Graded relative to
+# the machine (checks.relative_speedup): full credit at the floor + 70% of what ReferenceRunner
+# reaches in the same run, never above this target.
+SCRIPT = "tools/measure/lab07_export.py"
+TARGETS: tuple[Target, ...] = (
+    Target("07", "ort_latency", "cpu", "speedup", 1.5, 1.2,
+           "tools/measure/lab07_export.py: 25 runs each (fresh secret input, load average 5-11 "
+           "from other sessions on the 2 cores): smoke 2.15-11.2x, median 3.17; full "
+           "1.63-3.70x, median 2.72; full marks in 50 of 50",
+           "eager pasted in as the runner (tests/integration/submissions/lab07.py), same script "
+           "and runs: smoke 0.85-1.44x, median 1.02; full 0.70-1.24x, median 0.99; 0 points in "
+           "47 of 50, partial credit in 3 (1.44x: 0.80, 1.24x: 0.15, 1.21x: 0.02 of 1) — noise "
+           "of eager against itself under that load",
+           ZEN4_VM, "2026-12-03", SCRIPT),
+)  # fmt: skip
+
 GAIN = 2.0
 DARK = 0.3  # AutoGain's threshold on the mean brightness
-ORT_TOLERANCE = 1e-4  # atol and rtol of ONNX Runtime against eager (the classifier)
-MEDIAN_TOLERANCE = 1e-5  # atol of the exported median normalisation against MedianNorm
 
 
 @dataclass(frozen=True)
@@ -177,10 +199,6 @@ def max_abs_difference(
     return result
 
 
-# ---------------------------------------------------------------------------------------------
-# The graders
-
-
 def onnx_bytes(model: Any) -> bytes:
     """An ONNX model (ModelProto, ONNXProgram, bytes or path) as bytes: what the judge loads."""
     if isinstance(model, bytes):
@@ -189,46 +207,6 @@ def onnx_bytes(model: Any) -> bytes:
         return Path(model).read_bytes()
     proto = getattr(model, "model_proto", model)  # torch.onnx's ONNXProgram
     return proto.SerializeToString()
-
-
-def exported_outputs(
-    make_module: Callable[[], nn.Module], example: Tensor, inputs: list[Tensor]
-) -> list[Tensor]:
-    """``torch.export`` of ``make_module()`` on ``example``, run on each of ``inputs``.
-
-    In the judge this runs beside the answer, in the worker: an ExportedProgram cannot cross to
-    the judge as data (``torch.export.load`` unpickles its constants), so the judge checks the
-    outputs, and that export itself ran is the worker's word (docs/grading.md)."""
-    program = torch.export.export(make_module(), (example,)).module()
-    return [program(x) for x in inputs]
-
-
-# The checks the judge runs outside the student's process: the ONNX model crosses as bytes
-# (loaded by the judge's own ONNX Runtime session); runners and modules are called in the worker.
-JUDGED = ("export", "session", "speed", "median", "branch")
-VOUCHED = {"test_export_visible": "export"}
-
-
-def check_export(
-    ort_runner: Callable[[Any], Callable[[Tensor], Tensor]], onnx_model: Any, *, points: float
-) -> float:
-    """``ort_runner(onnx_model)`` against the grader's own copy of the classifier, on fresh
-    inputs at two batch sizes that were not used at export (all or nothing)."""
-    s = sizes()
-    g = checks.secret_generator()
-    eager = baseline_runner(inspection_classifier(seed=0))  # the weights the notebook exports
-    with captured_stderr():
-        runner = ort_runner(onnx_model)
-    batches = s.hidden_batches[int(torch.randint(0, len(s.hidden_batches), (1,), generator=g))]
-    for batch in batches:
-        x = images(batch, s.image, generator=g)
-        want = eager(x)
-        with captured_stderr():
-            got = runner(x)
-        what = f"ONNX Runtime at batch {batch}"
-        checks.check_close(got, want, atol=ORT_TOLERANCE, rtol=ORT_TOLERANCE, what=what)
-    print(f"ONNX Runtime agrees with eager at batch sizes {list(batches)}")
-    return float(points)
 
 
 # What a fair comparison with one-thread eager PyTorch asks of the student's session: setting ->
@@ -260,6 +238,69 @@ def unfair_settings(settings: dict[str, Any]) -> list[str]:
             'so the session runs on providers=["CPUExecutionProvider"] only'
         )
     return broken
+
+
+class ReferenceRunner:
+    """The instructors' runner: the classifier exported by the grader itself (``torch.onnx``,
+    dynamo) in a one-thread ONNX Runtime session. Built on its first call, so it can travel to
+    the judge's trusted worker as a recipe (the session itself cannot be pickled)."""
+
+    def __init__(self, batch: int, image: int) -> None:
+        self.example = (batch, image)
+        self.session: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"example": self.example, "session": None}
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.session is None:
+            example = images(*self.example, generator=torch.Generator().manual_seed(0))
+            with captured_stderr(), contextlib.redirect_stdout(io.StringIO()):
+                program = torch.onnx.export(inspection_classifier(seed=0), (example,), dynamo=True)
+            self.session = onnx_runtime.session(onnx_bytes(program))
+        return onnx_runtime.run(self.session, x)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks: one per hidden test cell, and the helpers only they use.
+
+
+ORT_TOLERANCE = 1e-4  # atol and rtol of ONNX Runtime against eager (the classifier)
+MEDIAN_TOLERANCE = 1e-5  # atol of the exported median normalisation against MedianNorm
+
+
+def exported_outputs(
+    make_module: Callable[[], nn.Module], example: Tensor, inputs: list[Tensor]
+) -> list[Tensor]:
+    """``torch.export`` of ``make_module()`` on ``example``, run on each of ``inputs``.
+
+    In the judge this runs beside the answer, in the worker: an ExportedProgram cannot cross to
+    the judge as data (``torch.export.load`` unpickles its constants), so the judge checks the
+    outputs, and that export itself ran is the worker's word (docs/grading.md)."""
+    program = torch.export.export(make_module(), (example,)).module()
+    return [program(x) for x in inputs]
+
+
+def check_export(
+    ort_runner: Callable[[Any], Callable[[Tensor], Tensor]], onnx_model: Any, *, points: float
+) -> float:
+    """``ort_runner(onnx_model)`` against the grader's own copy of the classifier, on fresh
+    inputs at two batch sizes that were not used at export (all or nothing)."""
+    s = sizes()
+    g = checks.secret_generator()
+    eager = baseline_runner(inspection_classifier(seed=0))  # the weights the notebook exports
+    with captured_stderr():
+        runner = ort_runner(onnx_model)
+    batches = s.hidden_batches[int(torch.randint(0, len(s.hidden_batches), (1,), generator=g))]
+    for batch in batches:
+        x = images(batch, s.image, generator=g)
+        want = eager(x)
+        with captured_stderr():
+            got = runner(x)
+        what = f"ONNX Runtime at batch {batch}"
+        checks.check_close(got, want, atol=ORT_TOLERANCE, rtol=ORT_TOLERANCE, what=what)
+    print(f"ONNX Runtime agrees with eager at batch sizes {list(batches)}")
+    return float(points)
 
 
 def session_settings(ort_session: Callable[[Any], Any], onnx_model: Any) -> dict[str, Any]:
@@ -330,27 +371,6 @@ def check_speed(
     )
 
 
-class ReferenceRunner:
-    """The instructors' runner: the classifier exported by the grader itself (``torch.onnx``,
-    dynamo) in a one-thread ONNX Runtime session. Built on its first call, so it can travel to
-    the judge's trusted worker as a recipe (the session itself cannot be pickled)."""
-
-    def __init__(self, batch: int, image: int) -> None:
-        self.example = (batch, image)
-        self.session: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"example": self.example, "session": None}
-
-    def __call__(self, x: Tensor) -> Tensor:
-        if self.session is None:
-            example = images(*self.example, generator=torch.Generator().manual_seed(0))
-            with captured_stderr(), contextlib.redirect_stdout(io.StringIO()):
-                program = torch.onnx.export(inspection_classifier(seed=0), (example,), dynamo=True)
-            self.session = onnx_runtime.session(onnx_bytes(program))
-        return onnx_runtime.run(self.session, x)
-
-
 def check_median(median_model: Any, *, points: float) -> float:
     """The exported median normalisation, in a fresh ONNX Runtime session, equals
     :class:`MedianNorm` on fresh inputs with a bright defect at two batch sizes."""
@@ -393,22 +413,3 @@ def check_branch(
         checks.check_close(ep_out, want, atol=0, rtol=0, what=f"CondAutoGain, {name}")
     print("and on fresh inputs")
     return float(points)
-
-
-# ort_latency: the student's ORT session of the exported inspection classifier (tiny_cnn 32 ch,
-# 64x64, 1 intra-op thread, spinning off) vs eager PyTorch, batch-1 latency, interleaved. The
-# check times CPU sessions on every track (a GPU machine uses this row too). Graded relative to
-# the machine (checks.relative_speedup): full credit at the floor + 70% of what ReferenceRunner
-# reaches in the same run, never above this target.
-SCRIPT = "tools/measure/lab07_export.py"
-TARGETS: tuple[Target, ...] = (
-    Target("07", "ort_latency", "cpu", "speedup", 1.5, 1.2,
-           "tools/measure/lab07_export.py: 25 runs each (fresh secret input, load average 5-11 "
-           "from other sessions on the 2 cores): smoke 2.15-11.2x, median 3.17; full "
-           "1.63-3.70x, median 2.72; full marks in 50 of 50",
-           "eager pasted in as the runner (tests/integration/submissions/lab07.py), same script "
-           "and runs: smoke 0.85-1.44x, median 1.02; full 0.70-1.24x, median 0.99; 0 points in "
-           "47 of 50, partial credit in 3 (1.44x: 0.80, 1.24x: 0.15, 1.21x: 0.02 of 1) — noise "
-           "of eager against itself under that load",
-           ZEN4_VM, "2026-12-03", SCRIPT),
-)  # fmt: skip

@@ -40,6 +40,67 @@ from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("09")
+
+# Lab 09: the slow step (baseline_step, 2^18 x 64 hashed-feature table, batch 64, in smoke mode
+# too) profiled by the grader itself (check_diagnosis), and the fixed step's speedup over it
+# (check_fix_speed). Measured with tools/measure/lab09_profiling.py on 2026-12-03 in three
+# sessions (3, 5 and 5 runs per mode; 13 full + 13 smoke) while other jobs oversubscribed the
+# machine (load average 4-15 on 2 cores; the slow step 150-850 ms instead of ~106 ms). Earlier
+# the same day the same hidden-test code ran 12 full + 12 smoke times on a 2-core AMD EPYC VM
+# with AVX2 and no AVX-512 (1 thread, other core loaded): quoted as "the AVX2 VM".
+# Checks the judge runs outside the student's process.
+# Quick-test cells whose points the judge's check of the same answer must vouch for.
+VOUCHED = {
+    "test_suspects_visible": "suspects",
+    "test_diagnosis_visible": "diagnosis",
+    "test_fix_visible": "fix_correct",
+}
+JUDGED = ("suspects", "diagnosis", "fix_correct", "fix_speed")
+MEASURE = "tools/measure/lab09_profiling.py"
+LAB09_PROFILE = "grader's diagnose(seed), 5 steps (1 wait, 1 warm-up, 3 active), 1 thread"
+TARGETS: tuple[Target, ...] = (
+    # Share of the five stages a blame list gets right (blame_score) against the grader's
+    # profile: 4 of 5 right earns half, 3 of 5 nothing.
+    Target("09", "blame_list", "cpu", "score", 1.0, 0.6,
+           f"{MEASURE} --checks blame: every stage at >= 6% with its share from seed 0's profile "
+           "({'backward': 0.81, 'optimizer': 0.13}): 1.0 in 12/12 runs (6 full + 6 smoke); the "
+           "grader's shares over 8 secret seeds, other core loaded: backward 0.806–0.821, "
+           "optimizer 0.119–0.127, loss 0.027–0.028, forward 0.016–0.024, features "
+           "0.014–0.016; avx2-machine: optimizer 0.127–0.130, backward 0.806–0.811",
+           "the code reader's guess, the Python loops ({'features': 0.01-0.02, 'loss': 0.03}): "
+           "0.2 in 12/12 runs (only 'forward' right); a blank {}: 0.6; everything blamed: 0.4",
+           f"{ZEN4_VM}; {LAB09_PROFILE}", "2026-12-05", MEASURE),
+    # Share = named op's self CPU time / top op's. The reference answer is what the solution
+    # cell reads from a profile of seed 0: aten::fill_, (262144, 64), "backward"; the
+    # baseline-equivalent names the runner-up: aten::add_ (same shape) and "optimizer".
+    Target("09", "dominant_op", "cpu", "score", 0.75, 0.3,
+           f"{MEASURE}: aten::fill_ named: 1.0 in 26/26 runs (full and smoke); on the AVX2 VM "
+           "24/24",
+           "runner-up aten::add_ named: 0.124–0.314 over 26 runs, medians 0.18–0.25 per mode and "
+           "session (above the floor twice under the heaviest load, 0.302 and 0.314: 0.011 and "
+           "0.061 of 2 points); on the AVX2 VM 0.148–0.261; an op that does not run: 0",
+           f"{ZEN4_VM}; {LAB09_PROFILE}", "2026-12-03", MEASURE),
+    Target("09", "shape_and_stage", "cpu", "score", 1.0, 0.0,
+           f"{MEASURE}: top shape (262144, 64) and stage 'backward' in 26/26 runs: 1.0",
+           "runner-up's shape (the same table) and stage 'optimizer': 0.5 in 26/26 runs; "
+           "unanswered: 0",
+           f"{ZEN4_VM}; {LAB09_PROFILE}", "2026-12-03", MEASURE),
+    # Graded relative to the machine (checks.speed_check): full credit at the floor + 70%
+    # of what reference_step reaches in the same run, never above this target.
+    # reference_step (sparse embedding + vectorised hashing + one fp32 loss) vs baseline_step,
+    # measure.compare interleaved. Partial fixes, full size, two runs each, load average ~5:
+    # sparse only 8.4-9.6x, sparse + loss 15.4-16.4x, sparse + hashing 10.6-10.7x, hashing +
+    # loss 0.95-1.06x, all three 24.3-25.8x (AVX2 VM: 14.1x, 30.9x, 15.4x, 0.98x, 45x).
+    Target("09", "fixed_step", "cpu", "speedup", 20.0, 3.0,
+           f"{MEASURE}, reference_setup/reference_step, 26 runs: full 16.9–326x, medians 29.1, "
+           "27.6 and 29.8 per session; smoke 14.5–185x, medians 33.5, 27.1 and 23.9; under the "
+           "target in 3 of 26 runs (16.9x, 19.2x, 14.5x: 2.46, 2.86 and 2.04 of 3 points); in "
+           "the notebook (papermill smoke) 21.8x; on the AVX2 VM 32.9–51.7x, median 45x",
+           "slow step pasted as the fix: 0.54–1.17x over 26 runs (0.96–1.17x in the last 20); on "
+           "the AVX2 VM 0.76–1.19x (24 runs)",
+           f"{ZEN4_VM}; interleaved pairs, measure.compare", "2026-12-03", MEASURE),
+)  # fmt: skip
+
 PRIME = 1_000_003  # bigram hash: (a * PRIME + b) mod (rows - 1) + 1
 LR = 0.5
 Setup = Callable[[nn.Module, float], torch.optim.Optimizer]
@@ -375,80 +436,6 @@ def blame_verdict(shares: dict[str, float], suspects: Any) -> str:
 
 
 @dataclass(frozen=True)
-class Diagnosis:
-    """What the grader's own profile of the slow step found."""
-
-    self_ms: dict[str, float]  # operator -> self CPU ms over the active steps
-    top_shapes: dict[str, tuple[int, ...]]  # operator -> first input shape of its costliest call
-    stage_ms: dict[str, float]  # record_function range -> CPU ms
-
-    @property
-    def top_op(self) -> str:
-        return max(self.self_ms, key=self.self_ms.get)
-
-    @property
-    def top_stage(self) -> str:
-        return max(self.stage_ms, key=self.stage_ms.get)
-
-    def op_share(self, name: Any) -> float:
-        """Self time of operator ``name`` / that of the top operator (1.0: it is the top)."""
-        if not isinstance(name, str) or not name.strip():
-            return 0.0
-        return self.self_ms.get(_normalise(name), 0.0) / self.self_ms[self.top_op]
-
-    def shape_and_stage(self, shape: Any, stage: Any) -> float:
-        """Half for the shape of the top operator's costliest call, half for the top stage."""
-        try:
-            shape_ok = tuple(int(n) for n in shape) == self.top_shapes[self.top_op]
-        except (TypeError, ValueError):
-            shape_ok = False
-        return 0.5 * shape_ok + 0.5 * (stage == self.top_stage)
-
-    @property
-    def stage_shares(self) -> dict[str, float]:
-        return stage_shares(self.stage_ms)
-
-    def blame(self, suspects: Any) -> float:
-        """The share of the five stages the blame list ``suspects`` gets right."""
-        return blame_score(self.stage_shares, suspects)
-
-    def summary(self) -> str:
-        top = self.top_op
-        return (
-            f"grader's profile: top operator {top} ({self.self_ms[top]:.1f} ms self CPU, first "
-            f"input {list(self.top_shapes[top])}), top stage {self.top_stage} "
-            f"({self.stage_ms[self.top_stage]:.1f} ms)"
-        )
-
-
-def diagnosis(prof: profile) -> Diagnosis:
-    """Summarise a profile of the slow step: operators' self time, shapes, stage times."""
-    self_ms = {e.key: e.self_cpu_time_total / 1e3 for e in _aten_ops(prof)}
-    costliest: dict[str, tuple[float, tuple[int, ...]]] = {}
-    for e in prof.key_averages(group_by_input_shape=True):
-        shape = tuple(e.input_shapes[0]) if e.input_shapes and e.input_shapes[0] else ()
-        if e.key in self_ms and e.self_cpu_time_total > costliest.get(e.key, (-1.0, ()))[0]:
-            costliest[e.key] = (e.self_cpu_time_total, shape)
-    return Diagnosis(self_ms, {k: v[1] for k, v in costliest.items()}, range_times(prof, STAGES))
-
-
-def diagnose(seed: int, size: Sizes | None = None, repeats: int = 3) -> Diagnosis:
-    """The grader's profile: the slow step on a fresh model and batch from ``seed``, profiled
-    ``repeats`` times; each operator's and stage's time is the median over the profiles (in the
-    judge one disturbed profile of three active steps once put 'forward' at 8.5% of the step
-    against 1.6-2.4% in every other: a correct blame list lost half its points)."""
-    run = trainer(baseline_setup, baseline_step, size, seed)
-    found = [diagnosis(profile_steps(run)) for _ in range(repeats)]
-
-    def median(parts: list[dict[str, float]]) -> dict[str, float]:
-        return {k: statistics.median(p.get(k, 0.0) for p in parts) for k in parts[0]}
-
-    return Diagnosis(
-        median([d.self_ms for d in found]), found[0].top_shapes, median([d.stage_ms for d in found])
-    )
-
-
-@dataclass(frozen=True)
 class Allocation:
     """One operator call of a ``profile_memory=True`` profile that allocated memory."""
 
@@ -707,69 +694,82 @@ def gpu_busy(prof: profile, wall_ms: float) -> GpuBusy:
     return GpuBusy(kernel, h2d, d2h, other, wall_ms)
 
 
-# Lab 09: the slow step (baseline_step, 2^18 x 64 hashed-feature table, batch 64, in smoke mode
-# too) profiled by the grader itself (check_diagnosis), and the fixed step's speedup over it
-# (check_fix_speed). Measured with tools/measure/lab09_profiling.py on 2026-12-03 in three
-# sessions (3, 5 and 5 runs per mode; 13 full + 13 smoke) while other jobs oversubscribed the
-# machine (load average 4-15 on 2 cores; the slow step 150-850 ms instead of ~106 ms). Earlier
-# the same day the same hidden-test code ran 12 full + 12 smoke times on a 2-core AMD EPYC VM
-# with AVX2 and no AVX-512 (1 thread, other core loaded): quoted as "the AVX2 VM".
-# The checks the judge runs outside the student's process.
-# Quick-test cells whose points the judge's check of the same answer must vouch for.
-VOUCHED = {
-    "test_suspects_visible": "suspects",
-    "test_diagnosis_visible": "diagnosis",
-    "test_fix_visible": "fix_correct",
-}
-JUDGED = ("suspects", "diagnosis", "fix_correct", "fix_speed")
-MEASURE = "tools/measure/lab09_profiling.py"
-LAB09_PROFILE = "grader's diagnose(seed), 5 steps (1 wait, 1 warm-up, 3 active), 1 thread"
-TARGETS: tuple[Target, ...] = (
-    # Share of the five stages a blame list gets right (blame_score) against the grader's
-    # profile: 4 of 5 right earns half, 3 of 5 nothing.
-    Target("09", "blame_list", "cpu", "score", 1.0, 0.6,
-           f"{MEASURE} --checks blame: every stage at >= 6% with its share from seed 0's profile "
-           "({'backward': 0.81, 'optimizer': 0.13}): 1.0 in 12/12 runs (6 full + 6 smoke); the "
-           "grader's shares over 8 secret seeds, other core loaded: backward 0.806–0.821, "
-           "optimizer 0.119–0.127, loss 0.027–0.028, forward 0.016–0.024, features "
-           "0.014–0.016; avx2-machine: optimizer 0.127–0.130, backward 0.806–0.811",
-           "the code reader's guess, the Python loops ({'features': 0.01-0.02, 'loss': 0.03}): "
-           "0.2 in 12/12 runs (only 'forward' right); a blank {}: 0.6; everything blamed: 0.4",
-           f"{ZEN4_VM}; {LAB09_PROFILE}", "2026-12-05", MEASURE),
-    # Share = named op's self CPU time / top op's. The reference answer is what the solution
-    # cell reads from a profile of seed 0: aten::fill_, (262144, 64), "backward"; the
-    # baseline-equivalent names the runner-up: aten::add_ (same shape) and "optimizer".
-    Target("09", "dominant_op", "cpu", "score", 0.75, 0.3,
-           f"{MEASURE}: aten::fill_ named: 1.0 in 26/26 runs (full and smoke); on the AVX2 VM "
-           "24/24",
-           "runner-up aten::add_ named: 0.124–0.314 over 26 runs, medians 0.18–0.25 per mode and "
-           "session (above the floor twice under the heaviest load, 0.302 and 0.314: 0.011 and "
-           "0.061 of 2 points); on the AVX2 VM 0.148–0.261; an op that does not run: 0",
-           f"{ZEN4_VM}; {LAB09_PROFILE}", "2026-12-03", MEASURE),
-    Target("09", "shape_and_stage", "cpu", "score", 1.0, 0.0,
-           f"{MEASURE}: top shape (262144, 64) and stage 'backward' in 26/26 runs: 1.0",
-           "runner-up's shape (the same table) and stage 'optimizer': 0.5 in 26/26 runs; "
-           "unanswered: 0",
-           f"{ZEN4_VM}; {LAB09_PROFILE}", "2026-12-03", MEASURE),
-    # Graded relative to the machine (checks.speed_check): full credit at the floor + 70%
-    # of what reference_step reaches in the same run, never above this target.
-    # reference_step (sparse embedding + vectorised hashing + one fp32 loss) vs baseline_step,
-    # measure.compare interleaved. Partial fixes, full size, two runs each, load average ~5:
-    # sparse only 8.4-9.6x, sparse + loss 15.4-16.4x, sparse + hashing 10.6-10.7x, hashing +
-    # loss 0.95-1.06x, all three 24.3-25.8x (AVX2 VM: 14.1x, 30.9x, 15.4x, 0.98x, 45x).
-    Target("09", "fixed_step", "cpu", "speedup", 20.0, 3.0,
-           f"{MEASURE}, reference_setup/reference_step, 26 runs: full 16.9–326x, medians 29.1, "
-           "27.6 and 29.8 per session; smoke 14.5–185x, medians 33.5, 27.1 and 23.9; under the "
-           "target in 3 of 26 runs (16.9x, 19.2x, 14.5x: 2.46, 2.86 and 2.04 of 3 points); in "
-           "the notebook (papermill smoke) 21.8x; on the AVX2 VM 32.9–51.7x, median 45x",
-           "slow step pasted as the fix: 0.54–1.17x over 26 runs (0.96–1.17x in the last 20); on "
-           "the AVX2 VM 0.76–1.19x (24 runs)",
-           f"{ZEN4_VM}; interleaved pairs, measure.compare", "2026-12-03", MEASURE),
-)  # fmt: skip
-
-
 # ---------------------------------------------------------------------------------------------
-# The graders' checks: their own profile, fresh models and batches from a secret seed.
+# The checks: the graders' own profile, fresh models and batches from a secret seed.
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What the grader's own profile of the slow step found."""
+
+    self_ms: dict[str, float]  # operator -> self CPU ms over the active steps
+    top_shapes: dict[str, tuple[int, ...]]  # operator -> first input shape of its costliest call
+    stage_ms: dict[str, float]  # record_function range -> CPU ms
+
+    @property
+    def top_op(self) -> str:
+        return max(self.self_ms, key=self.self_ms.get)
+
+    @property
+    def top_stage(self) -> str:
+        return max(self.stage_ms, key=self.stage_ms.get)
+
+    def op_share(self, name: Any) -> float:
+        """Self time of operator ``name`` / that of the top operator (1.0: it is the top)."""
+        if not isinstance(name, str) or not name.strip():
+            return 0.0
+        return self.self_ms.get(_normalise(name), 0.0) / self.self_ms[self.top_op]
+
+    def shape_and_stage(self, shape: Any, stage: Any) -> float:
+        """Half for the shape of the top operator's costliest call, half for the top stage."""
+        try:
+            shape_ok = tuple(int(n) for n in shape) == self.top_shapes[self.top_op]
+        except (TypeError, ValueError):
+            shape_ok = False
+        return 0.5 * shape_ok + 0.5 * (stage == self.top_stage)
+
+    @property
+    def stage_shares(self) -> dict[str, float]:
+        return stage_shares(self.stage_ms)
+
+    def blame(self, suspects: Any) -> float:
+        """The share of the five stages the blame list ``suspects`` gets right."""
+        return blame_score(self.stage_shares, suspects)
+
+    def summary(self) -> str:
+        top = self.top_op
+        return (
+            f"grader's profile: top operator {top} ({self.self_ms[top]:.1f} ms self CPU, first "
+            f"input {list(self.top_shapes[top])}), top stage {self.top_stage} "
+            f"({self.stage_ms[self.top_stage]:.1f} ms)"
+        )
+
+
+def diagnosis(prof: profile) -> Diagnosis:
+    """Summarise a profile of the slow step: operators' self time, shapes, stage times."""
+    self_ms = {e.key: e.self_cpu_time_total / 1e3 for e in _aten_ops(prof)}
+    costliest: dict[str, tuple[float, tuple[int, ...]]] = {}
+    for e in prof.key_averages(group_by_input_shape=True):
+        shape = tuple(e.input_shapes[0]) if e.input_shapes and e.input_shapes[0] else ()
+        if e.key in self_ms and e.self_cpu_time_total > costliest.get(e.key, (-1.0, ()))[0]:
+            costliest[e.key] = (e.self_cpu_time_total, shape)
+    return Diagnosis(self_ms, {k: v[1] for k, v in costliest.items()}, range_times(prof, STAGES))
+
+
+def diagnose(seed: int, size: Sizes | None = None, repeats: int = 3) -> Diagnosis:
+    """The grader's profile: the slow step on a fresh model and batch from ``seed``, profiled
+    ``repeats`` times; each operator's and stage's time is the median over the profiles (in the
+    judge one disturbed profile of three active steps once put 'forward' at 8.5% of the step
+    against 1.6-2.4% in every other: a correct blame list lost half its points)."""
+    run = trainer(baseline_setup, baseline_step, size, seed)
+    found = [diagnosis(profile_steps(run)) for _ in range(repeats)]
+
+    def median(parts: list[dict[str, float]]) -> dict[str, float]:
+        return {k: statistics.median(p.get(k, 0.0) for p in parts) for k in parts[0]}
+
+    return Diagnosis(
+        median([d.self_ms for d in found]), found[0].top_shapes, median([d.stage_ms for d in found])
+    )
 
 
 def check_suspects(suspects: Any, *, points: float) -> float:

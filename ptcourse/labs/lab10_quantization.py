@@ -44,7 +44,16 @@ from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("10")
-Quantizer = Callable[[nn.Module], nn.Module]
+
+# Checks the judge runs outside the student's process, and the quick tests they vouch for.
+# The Linear layers' size is read in the worker (checks.beside): see docs/grading.md.
+JUDGED = ("quantize", "fake_linear", "torchao", "fast_size", "fast_speed")
+VOUCHED = {
+    "test_quantize_visible": "quantize",
+    "test_fake_linear_visible": "fake_linear",
+    "test_torchao_visible": "torchao",
+    "test_fast_visible": "fast_speed",
+}
 
 # The trained TextClassifier (d_model 256, 2 layers, 16 tokens; baseline_classifier) is the same
 # model in smoke and full mode, so one set of thresholds serves both. Sizes: serialized
@@ -101,6 +110,8 @@ TARGETS: tuple[Target, ...] = (
            "autograde 0.98x",
            ZEN4_VM, "2026-12-03", script=SCRIPT),
 )  # fmt: skip
+
+Quantizer = Callable[[nn.Module], nn.Module]
 
 
 @dataclass(frozen=True)
@@ -358,127 +369,6 @@ def flop_split(model: nn.Module, tokens: Tensor) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The graders' checks: fresh copies of the trained classifier, random headlines from a secret
-# seed, the package's size and accuracy code; the float model is the baseline.
-
-
-def _same_weights(model: nn.Module, weights: dict[str, Tensor]) -> bool:
-    """Whether ``model`` still holds ``weights`` (same names, plain tensors, equal values)."""
-    state = model.state_dict()
-    return all(
-        type(state.get(k)) is type(v) and torch.equal(v, state[k]) for k, v in weights.items()
-    )
-
-
-# The checks the judge runs outside the student's process, and the quick tests they vouch for.
-# The Linear layers' size is read in the worker (checks.beside): see docs/grading.md.
-JUDGED = ("quantize", "fake_linear", "torchao", "fast_size", "fast_speed")
-VOUCHED = {
-    "test_quantize_visible": "quantize",
-    "test_fake_linear_visible": "fake_linear",
-    "test_torchao_visible": "torchao",
-    "test_fast_visible": "fast_speed",
-}
-
-
-def check_torchao(torchao_int8: Quantizer, *, points: float) -> float:
-    """The quantized copy keeps the float model untouched and its logits within 10% of the
-    largest fp32 logit (on ``slow_batch`` random headlines); credit for how many times smaller
-    its Linear layers are (``torchao_size`` row)."""
-    size = sizes()
-    float_model = baseline_classifier()
-    weights = {k: v.clone() for k, v in float_model.state_dict().items()}
-    tokens = text.random_tokens(
-        size.slow_batch, size.length, size.vocab, min_length=size.min_tokens,
-        lowest_id=size.first_id, generator=checks.secret_generator(),
-    )  # fmt: skip
-    with torch.inference_mode(), captured_stderr():
-        quantized = torchao_int8(float_model)
-        want, got = float_model(tokens), quantized(tokens)
-    if not _same_weights(float_model, weights):
-        raise checks.CheckFailed("torchao_int8 changed the float model: quantize a copy")
-    checks.check_close(got.float(), want, atol=0.1 * want.abs().max().item(), rtol=0.0,
-                       what="logits of the torchao model")  # fmt: skip
-    goal = targets.goal(TARGETS, "torchao_size")
-    ratio = checks.beside(quantized, size_ratio_of, float_model)
-    return checks.value(goal, lambda: ratio, points=points)
-
-
-def check_fast_size(fast_int8: Quantizer, *, points: float) -> float:
-    """Credit for how many times smaller ``fast_int8`` makes the Linear layers (``fast_size``)."""
-    float_model = baseline_classifier()
-    with captured_stderr():
-        quantized = fast_int8(baseline_classifier())
-    goal = targets.goal(TARGETS, "fast_size")
-    ratio = checks.beside(quantized, size_ratio_of, float_model)
-    return checks.value(goal, lambda: ratio, points=points)
-
-
-ACCURACY_SHARE = 0.25  # of check_fast_speed's points; the rest is for the speedup
-
-
-def check_fast_speed(fast_int8: Quantizer, *, points: float) -> float:
-    """Accuracy lost on the whole test split (``fast_accuracy_drop``, a quarter of the points),
-    then the speedup over the float model on ``batch`` random headlines, one thread, interleaved
-    (``fast_speedup``). Either below its floor fails the whole check."""
-    size = sizes()
-    float_model = baseline_classifier()
-    with captured_stderr():
-        quantized = fast_int8(baseline_classifier())
-    split = text.encoded_headlines(size.length, size.vocab)
-    reference = accuracy_points(float_model, split.x_test, split.y_test)
-    accuracy = checks.value(
-        targets.goal(TARGETS, "fast_accuracy_drop"),
-        lambda: reference - accuracy_points(quantized, split.x_test, split.y_test),
-        points=points * ACCURACY_SHARE,
-    )
-    fresh = fresh_tokens(size.batch)
-
-    def verify(args: tuple[Tensor], logits: Tensor) -> None:
-        want = float_model(*args)
-        checks.check_close(logits.float(), want, atol=0.1 * want.abs().max().item(), rtol=0.0,
-                           what="logits of a timed call")  # fmt: skip
-
-    with captured_stderr():
-        reference_model = reference_int8(baseline_classifier())
-
-    def int8_in_effect(reason: str) -> float:
-        goal = targets.goal(TARGETS, "fast_size")
-        print("graded instead: your model's Linear layers hold int8 weights")
-        ratio = checks.beside(quantized, size_ratio_of, float_model)
-        return checks.value(goal, lambda: ratio, points=points * (1 - ACCURACY_SHARE))
-
-    speed = checks.speed_check(
-        targets.goal(TARGETS, "fast_speedup"),
-        quantized,
-        fresh=fresh,
-        verify=verify,
-        baseline=float_model,
-        reference=reference_model,
-        inference=True,
-        points=points * (1 - ACCURACY_SHARE),
-        not_gradable=int8_in_effect,
-    )
-    return accuracy + speed
-
-
-def fresh_tokens(batch: int) -> Callable[[], tuple[Tensor]]:
-    """Random headlines from the secret seed, new ones at every call (what the judge times)."""
-    size, gen = sizes(), checks.secret_generator()
-    return lambda: (
-        text.random_tokens(
-            batch, size.length, size.vocab, min_length=size.min_tokens,
-            lowest_id=size.first_id, generator=gen,
-        ),
-    )  # fmt: skip
-
-
-def size_ratio_of(quantized: nn.Module, float_model: nn.Module) -> float:
-    """:func:`size_ratio` with the quantized model first (what ``checks.beside`` calls)."""
-    return size_ratio(float_model, quantized)
-
-
-# ---------------------------------------------------------------------------------------------
 # Exercise 1, int8 by hand: per-channel symmetric quantization of a weight, and a Linear layer
 # that computes with the fake-quantized (quantized, then dequantized) weight.
 
@@ -605,6 +495,119 @@ def fake_linear_errors(fake_quant_linear: Callable, x: Tensor, weight: Tensor, b
             "then multiply (activations in fp32)"
         )
     return off / gap, relative_error(got, exact)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks: fresh copies of the trained classifier, random headlines from a secret
+# seed, the package's size and accuracy code; the float model is the baseline.
+
+
+def _same_weights(model: nn.Module, weights: dict[str, Tensor]) -> bool:
+    """Whether ``model`` still holds ``weights`` (same names, plain tensors, equal values)."""
+    state = model.state_dict()
+    return all(
+        type(state.get(k)) is type(v) and torch.equal(v, state[k]) for k, v in weights.items()
+    )
+
+
+def check_torchao(torchao_int8: Quantizer, *, points: float) -> float:
+    """The quantized copy keeps the float model untouched and its logits within 10% of the
+    largest fp32 logit (on ``slow_batch`` random headlines); credit for how many times smaller
+    its Linear layers are (``torchao_size`` row)."""
+    size = sizes()
+    float_model = baseline_classifier()
+    weights = {k: v.clone() for k, v in float_model.state_dict().items()}
+    tokens = text.random_tokens(
+        size.slow_batch, size.length, size.vocab, min_length=size.min_tokens,
+        lowest_id=size.first_id, generator=checks.secret_generator(),
+    )  # fmt: skip
+    with torch.inference_mode(), captured_stderr():
+        quantized = torchao_int8(float_model)
+        want, got = float_model(tokens), quantized(tokens)
+    if not _same_weights(float_model, weights):
+        raise checks.CheckFailed("torchao_int8 changed the float model: quantize a copy")
+    checks.check_close(got.float(), want, atol=0.1 * want.abs().max().item(), rtol=0.0,
+                       what="logits of the torchao model")  # fmt: skip
+    goal = targets.goal(TARGETS, "torchao_size")
+    ratio = checks.beside(quantized, size_ratio_of, float_model)
+    return checks.value(goal, lambda: ratio, points=points)
+
+
+def check_fast_size(fast_int8: Quantizer, *, points: float) -> float:
+    """Credit for how many times smaller ``fast_int8`` makes the Linear layers (``fast_size``)."""
+    float_model = baseline_classifier()
+    with captured_stderr():
+        quantized = fast_int8(baseline_classifier())
+    goal = targets.goal(TARGETS, "fast_size")
+    ratio = checks.beside(quantized, size_ratio_of, float_model)
+    return checks.value(goal, lambda: ratio, points=points)
+
+
+ACCURACY_SHARE = 0.25  # of check_fast_speed's points; the rest is for the speedup
+
+
+def check_fast_speed(fast_int8: Quantizer, *, points: float) -> float:
+    """Accuracy lost on the whole test split (``fast_accuracy_drop``, a quarter of the points),
+    then the speedup over the float model on ``batch`` random headlines, one thread, interleaved
+    (``fast_speedup``). Either below its floor fails the whole check."""
+    size = sizes()
+    float_model = baseline_classifier()
+    with captured_stderr():
+        quantized = fast_int8(baseline_classifier())
+    split = text.encoded_headlines(size.length, size.vocab)
+    reference = accuracy_points(float_model, split.x_test, split.y_test)
+    accuracy = checks.value(
+        targets.goal(TARGETS, "fast_accuracy_drop"),
+        lambda: reference - accuracy_points(quantized, split.x_test, split.y_test),
+        points=points * ACCURACY_SHARE,
+    )
+    fresh = fresh_tokens(size.batch)
+
+    def verify(args: tuple[Tensor], logits: Tensor) -> None:
+        want = float_model(*args)
+        checks.check_close(logits.float(), want, atol=0.1 * want.abs().max().item(), rtol=0.0,
+                           what="logits of a timed call")  # fmt: skip
+
+    with captured_stderr():
+        reference_model = reference_int8(baseline_classifier())
+
+    def int8_in_effect(reason: str) -> float:
+        goal = targets.goal(TARGETS, "fast_size")
+        print("graded instead: your model's Linear layers hold int8 weights")
+        ratio = checks.beside(quantized, size_ratio_of, float_model)
+        return checks.value(goal, lambda: ratio, points=points * (1 - ACCURACY_SHARE))
+
+    speed = checks.speed_check(
+        targets.goal(TARGETS, "fast_speedup"),
+        quantized,
+        fresh=fresh,
+        verify=verify,
+        baseline=float_model,
+        reference=reference_model,
+        inference=True,
+        points=points * (1 - ACCURACY_SHARE),
+        not_gradable=int8_in_effect,
+    )
+    return accuracy + speed
+
+
+def fresh_tokens(batch: int) -> Callable[[], tuple[Tensor]]:
+    """Random headlines from the secret seed, new ones at every call (what the judge times)."""
+    size, gen = sizes(), checks.secret_generator()
+    return lambda: (
+        text.random_tokens(
+            batch, size.length, size.vocab, min_length=size.min_tokens,
+            lowest_id=size.first_id, generator=gen,
+        ),
+    )  # fmt: skip
+
+
+def size_ratio_of(quantized: nn.Module, float_model: nn.Module) -> float:
+    """:func:`size_ratio` with the quantized model first (what ``checks.beside`` calls)."""
+    return size_ratio(float_model, quantized)
+
+
+# Exercise 1, int8 by hand
 
 
 CHECK_LAYER = (1024, 256)  # (out_features, in_features) of the graded weights

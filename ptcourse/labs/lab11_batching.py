@@ -54,6 +54,51 @@ from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("11")
+
+JUDGED = ("knee", "batched_predict", "batched_speed", "heavy_load", "light_load")
+VOUCHED = {
+    "test_knee_visible": "knee",
+    "test_batched_visible": "batched_predict",
+    "test_policy_visible": "heavy_load",
+}
+
+SCRIPT = "tools/measure/lab11_batching.py"
+SYNTHETIC = (
+    "simulated on t(b) = 2 ms + 0.3 ms x b (b = 1…128), trace seeds 0-4 "
+    "(tests/unit/labs/test_lab11_batching.py)"
+)
+TARGETS: tuple[Target, ...] = (
+    # Share of requests served within the objective (10 x t(1) heavy, 4 x t(1) light) when the
+    # graders replay the policy on this machine's curve: 0.95 is "p95 within the objective",
+    # lowered to the reference policy's share on the same curve and trace minus 2 points.
+    Target("11", "heavy_load", "cpu", "score", 0.95, 0.5,
+           f"{SCRIPT} --runs 5 on this machine's curves (interleaved; t(1) 1.3-1.5 ms, batching "
+           "gain 9.8-11.0x, knee 128): reference policy 0.992-1.0, median 1.0 (full); 0.999-1.0 "
+           "(smoke; t(1) 1.16-1.82 ms, gain 9.2-11.6x): graded against the reference's share on "
+           "the same curve and trace (full_credit_share). 40 smoke curves beside a neighbour "
+           "switching between busy and idle: gain 6.6-11.0x, reference 0.941-1.0 (4 seeds each). "
+           f"Synthetic: 1.0 on every seed; {SYNTHETIC}",
+           "batch 1, no wait: 0.0025-0.00275 (its queue grows without bound); always a full "
+           "batch: 0 (measured curves); synthetic: max_batch 4: 0.015-0.022, max_wait 8 x "
+           "t(1): 0.51-0.55",
+           ZEN4_VM, "2026-12-06", SCRIPT),
+    Target("11", "light_load", "cpu", "score", 0.95, 0.5,
+           f"{SCRIPT} --runs 5: reference policy 0.985-1.0, median 0.999 (full); 0.992-1.0 "
+           "(smoke); 0.946 on a curve whose batch 2 costs 2.5 x t(1) (2026-12-04). Synthetic: "
+           f"1.0 on every seed; {SYNTHETIC}",
+           "always a full batch: 0.0 (the tail never served); synthetic: max_wait 3 x t(1): "
+           "0.66-0.67, 8 x t(1): 0.20-0.25; batch 1: 0.997-1.0 (a light load needs no "
+           "batching: the heavy row is the one it fails)",
+           ZEN4_VM, "2026-12-06", SCRIPT),
+    # Batched vs per-request inference of build_model, 64 requests per call, one thread,
+    # graded relative to reference_batched_predict in the same run (checks.speed_check).
+    Target("11", "batched_speedup", "cpu", "speedup", 5.0, 1.5,
+           f"{SCRIPT} --runs 5: reference 8.3-9.2x, median 8.8x (full); 7.2-8.7x, median 8.2x "
+           "(smoke); the curve's batching gain 9.8-11.0x (full), 9.2-11.6x (smoke)",
+           "per-request loop pasted as the answer: 0.93-0.99x (full), 0.91-1.03x (smoke)",
+           ZEN4_VM, "2026-12-06", SCRIPT),
+)  # fmt: skip
+
 Curve = dict[int, float]  # batch size -> seconds per batch
 Knobs = tuple[int, float]  # (max_batch, max_wait_s)
 Dispatch = Callable[[list[float], int, float], int]
@@ -280,23 +325,6 @@ def reference_knobs(curve: Curve) -> Knobs:
 
 class PolicyError(ValueError):
     """A policy returned something that is not a batch it may run, or knobs out of range."""
-
-
-def valid_knobs(knobs: Any, curve: Curve) -> Knobs:
-    """``(max_batch, max_wait_s)`` validated against ``curve``: an int from 1 to the curve's
-    largest batch size, and a wait of 0 to 1 s."""
-    try:
-        max_batch, max_wait_s = knobs
-    except (TypeError, ValueError):
-        raise PolicyError(f"knobs must be a pair (max_batch, max_wait_s), got {knobs!r}") from None
-    largest = max(curve)
-    if not isinstance(max_batch, numbers.Integral) or isinstance(max_batch, bool):
-        raise PolicyError(f"max_batch must be an int, got {max_batch!r}")
-    if not 1 <= int(max_batch) <= largest:
-        raise PolicyError(f"max_batch {max_batch} is outside 1…{largest} (the measured curve)")
-    if not isinstance(max_wait_s, numbers.Real) or not 0.0 <= float(max_wait_s) <= 1.0:
-        raise PolicyError(f"max_wait_s must be seconds from 0 to 1, got {max_wait_s!r}")
-    return int(max_batch), float(max_wait_s)
 
 
 def _batch(n: Any, waiting: int, max_batch: int) -> int:
@@ -730,9 +758,6 @@ SHARE_MARGIN = 0.02
 # Where the reference serves too little for the row's floor, zero credit this far below full
 # credit, but at least half of it (a policy that falls behind the trace serves almost none).
 ZERO_SPREAD = 0.05
-# Below this share for the reference policy the heavy trace grades nothing (the policy that
-# keeps up best still misses the objective): graded as where batching gains too little.
-MIN_REFERENCE_SHARE = 0.1
 
 
 def load_goal(load_name: str, reference_share: float) -> targets.Goal:
@@ -757,6 +782,10 @@ def zero_credit_share(load_name: str, reference_share: float) -> float:
     return load_goal(load_name, reference_share).row.floor
 
 
+# ---------------------------------------------------------------------------------------------
+# The checks: one per hidden test cell, and the helpers only they use.
+
+
 _CURVES: dict[tuple[int, ...], Curve] = {}
 
 
@@ -769,56 +798,26 @@ def grading_curve(answer: Any = None) -> Curve:
     return _CURVES[key]
 
 
-# ---------------------------------------------------------------------------------------------
-# Targets
-
-SCRIPT = "tools/measure/lab11_batching.py"
-SYNTHETIC = (
-    "simulated on t(b) = 2 ms + 0.3 ms x b (b = 1…128), trace seeds 0-4 "
-    "(tests/unit/labs/test_lab11_batching.py)"
-)
-TARGETS: tuple[Target, ...] = (
-    # Share of requests served within the objective (10 x t(1) heavy, 4 x t(1) light) when the
-    # graders replay the policy on this machine's curve: 0.95 is "p95 within the objective",
-    # lowered to the reference policy's share on the same curve and trace minus 2 points.
-    Target("11", "heavy_load", "cpu", "score", 0.95, 0.5,
-           f"{SCRIPT} --runs 5 on this machine's curves (interleaved; t(1) 1.3-1.5 ms, batching "
-           "gain 9.8-11.0x, knee 128): reference policy 0.992-1.0, median 1.0 (full); 0.999-1.0 "
-           "(smoke; t(1) 1.16-1.82 ms, gain 9.2-11.6x): graded against the reference's share on "
-           "the same curve and trace (full_credit_share). 40 smoke curves beside a neighbour "
-           "switching between busy and idle: gain 6.6-11.0x, reference 0.941-1.0 (4 seeds each). "
-           f"Synthetic: 1.0 on every seed; {SYNTHETIC}",
-           "batch 1, no wait: 0.0025-0.00275 (its queue grows without bound); always a full "
-           "batch: 0 (measured curves); synthetic: max_batch 4: 0.015-0.022, max_wait 8 x "
-           "t(1): 0.51-0.55",
-           ZEN4_VM, "2026-12-06", SCRIPT),
-    Target("11", "light_load", "cpu", "score", 0.95, 0.5,
-           f"{SCRIPT} --runs 5: reference policy 0.985-1.0, median 0.999 (full); 0.992-1.0 "
-           "(smoke); 0.946 on a curve whose batch 2 costs 2.5 x t(1) (2026-12-04). Synthetic: "
-           f"1.0 on every seed; {SYNTHETIC}",
-           "always a full batch: 0.0 (the tail never served); synthetic: max_wait 3 x t(1): "
-           "0.66-0.67, 8 x t(1): 0.20-0.25; batch 1: 0.997-1.0 (a light load needs no "
-           "batching: the heavy row is the one it fails)",
-           ZEN4_VM, "2026-12-06", SCRIPT),
-    # Batched vs per-request inference of build_model, 64 requests per call, one thread,
-    # graded relative to reference_batched_predict in the same run (checks.speed_check).
-    Target("11", "batched_speedup", "cpu", "speedup", 5.0, 1.5,
-           f"{SCRIPT} --runs 5: reference 8.3-9.2x, median 8.8x (full); 7.2-8.7x, median 8.2x "
-           "(smoke); the curve's batching gain 9.8-11.0x (full), 9.2-11.6x (smoke)",
-           "per-request loop pasted as the answer: 0.93-0.99x (full), 0.91-1.03x (smoke)",
-           ZEN4_VM, "2026-12-06", SCRIPT),
-)  # fmt: skip
-
-JUDGED = ("knee", "batched_predict", "batched_speed", "heavy_load", "light_load")
-VOUCHED = {
-    "test_knee_visible": "knee",
-    "test_batched_visible": "batched_predict",
-    "test_policy_visible": "heavy_load",
-}
+# Below this share for the reference policy the heavy trace grades nothing (the policy that
+# keeps up best still misses the objective): graded as where batching gains too little.
+MIN_REFERENCE_SHARE = 0.1
 
 
-# ---------------------------------------------------------------------------------------------
-# The graders' checks
+def valid_knobs(knobs: Any, curve: Curve) -> Knobs:
+    """``(max_batch, max_wait_s)`` validated against ``curve``: an int from 1 to the curve's
+    largest batch size, and a wait of 0 to 1 s."""
+    try:
+        max_batch, max_wait_s = knobs
+    except (TypeError, ValueError):
+        raise PolicyError(f"knobs must be a pair (max_batch, max_wait_s), got {knobs!r}") from None
+    largest = max(curve)
+    if not isinstance(max_batch, numbers.Integral) or isinstance(max_batch, bool):
+        raise PolicyError(f"max_batch must be an int, got {max_batch!r}")
+    if not 1 <= int(max_batch) <= largest:
+        raise PolicyError(f"max_batch {max_batch} is outside 1…{largest} (the measured curve)")
+    if not isinstance(max_wait_s, numbers.Real) or not 0.0 <= float(max_wait_s) <= 1.0:
+        raise PolicyError(f"max_wait_s must be seconds from 0 to 1, got {max_wait_s!r}")
+    return int(max_batch), float(max_wait_s)
 
 
 def random_curve(generator: np.random.Generator, size: Sizes | None = None) -> Curve:

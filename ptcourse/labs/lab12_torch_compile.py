@@ -39,9 +39,34 @@ from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import ZEN4_VM, Target
 
 LAB = lineup.lab("12")
+
+JUDGED = ("break_even", "one_graph", "recompiles", "inference_speed")
+VOUCHED = {
+    "test_break_even_visible": "break_even",
+    "test_one_graph_visible": "one_graph",
+    "test_recompiles_visible": "recompiles",
+    "test_inference_visible": "inference_speed",
+}
+
+# inference_speedup: DefectScorer (2 x conv3x3+BN+GELU, 16 channels, 64x64 images), the student's
+# compiled scorer vs eager, one thread, interleaved; graded relative to ReferenceCompiled
+# (torch.compile, freezing) in the same run (checks.speed_check).
+SCRIPT = "tools/measure/lab12_torch_compile.py"
+TARGETS: tuple[Target, ...] = (
+    Target("12", "inference_speedup", "cpu", "speedup", 1.5, 1.15,
+           f"{SCRIPT} --runs 5 --full (other core loaded): the solution's compile_for_inference "
+           "1.85-1.97x, median 1.86 (smoke), 1.83-1.96x, median 1.86 (full), full marks in 10 "
+           "of 10; ReferenceCompiled beside it 1.75-1.82x. Under avx2-machine (--runs 3): "
+           "1.40-1.56x, ReferenceCompiled 1.43-1.47x (full credit there at 1.29-1.33x), full "
+           "marks in 6 of 6",
+           "the eager scorer returned as the answer (tests/integration/submissions/lab12.py): "
+           "0.93-0.97x native, 0.93-0.95x avx2-machine (in a notebook it runs without "
+           "inference mode); 0 points in 16 of 16",
+           ZEN4_VM, "2026-12-04", SCRIPT),
+)  # fmt: skip
+
 hardware.separate_inductor_cache()  # before anything here compiles
 MAX_COMPILES = 2  # the recompile exercise: graphs compiled over the warm-up shapes, at most
-OUTPUT_TOLERANCE = 1e-4  # atol and rtol of a compiled model against eager
 
 
 @dataclass(frozen=True)
@@ -510,15 +535,10 @@ def routes_table(routes: list[Route]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The graders
+# The checks: one per hidden test cell, and the helpers only they use.
 
-JUDGED = ("break_even", "one_graph", "recompiles", "inference_speed")
-VOUCHED = {
-    "test_break_even_visible": "break_even",
-    "test_one_graph_visible": "one_graph",
-    "test_recompiles_visible": "recompiles",
-    "test_inference_visible": "inference_speed",
-}
+
+OUTPUT_TOLERANCE = 1e-4  # atol and rtol of a compiled model against eager
 
 
 def check_break_even(break_even_calls: Callable[..., Any], *, points: float) -> float:
@@ -680,21 +700,3 @@ def graphs_on_first_call(run: Callable[[Tensor], Tensor], x: Tensor) -> tuple[in
     with torch.inference_mode():
         out = run(x)
     return counters["stats"]["unique_graphs"] - before, out
-
-
-# inference_speedup: DefectScorer (2 x conv3x3+BN+GELU, 16 channels, 64x64 images), the student's
-# compiled scorer vs eager, one thread, interleaved; graded relative to ReferenceCompiled
-# (torch.compile, freezing) in the same run (checks.speed_check).
-SCRIPT = "tools/measure/lab12_torch_compile.py"
-TARGETS: tuple[Target, ...] = (
-    Target("12", "inference_speedup", "cpu", "speedup", 1.5, 1.15,
-           f"{SCRIPT} --runs 5 --full (other core loaded): the solution's compile_for_inference "
-           "1.85-1.97x, median 1.86 (smoke), 1.83-1.96x, median 1.86 (full), full marks in 10 "
-           "of 10; ReferenceCompiled beside it 1.75-1.82x. Under avx2-machine (--runs 3): "
-           "1.40-1.56x, ReferenceCompiled 1.43-1.47x (full credit there at 1.29-1.33x), full "
-           "marks in 6 of 6",
-           "the eager scorer returned as the answer (tests/integration/submissions/lab12.py): "
-           "0.93-0.97x native, 0.93-0.95x avx2-machine (in a notebook it runs without "
-           "inference mode); 0 points in 16 of 16",
-           ZEN4_VM, "2026-12-04", SCRIPT),
-)  # fmt: skip

@@ -41,6 +41,38 @@ from ptcourse.grading import checks, targets
 from ptcourse.grading.targets import AMX_VM, ZEN4_VM, Target
 
 LAB = lineup.lab("13")
+
+JUDGED = ("findings", "lot_speed", "breakdown")
+VOUCHED = {"test_line_visible": "findings"}
+
+# f1_drop: defect F1 points lost against the baseline line on the same held-out frames, graded
+# on the favourable end of a 98% paired bootstrap interval. lot_speedup: seconds per lot of the
+# student's line vs BaselineLine, one thread, relative to ReferenceLine in the same interleaved
+# run (checks.speed_check).
+SCRIPT = "tools/measure/lab13_capstone.py"
+TARGETS: tuple[Target, ...] = (
+    Target("13", "f1_drop", "cpu", "accuracy_drop", 1.0, 3.0,
+           f"{SCRIPT} --runs 5 --full --agreement 32 (other core loaded): the solution's line "
+           "graded 0 points lost in 5 of 5 runs at smoke (128 frames) and full size (512), 4/4 "
+           "points each; over 2048 frames ReferenceLine lost 0.26 F1 points (98% CI -0.23-0.76), "
+           "up to 1.01 on 512-frame samples and 2.43 on 128-frame ones, graded low end <= 0.19; "
+           "under avx2-machine (--runs 3, smoke) 4/4 in 3 of 3; at smoke as 16 lots of 8 on the "
+           "Intel AMX VM (--runs 5, 2026-12-07) 4/4 in 5 of 5",
+           "the baseline line handed in (tests/integration/submissions/lab13.py): F1 identical "
+           "to the baseline's, 0 points lost, 4/4 (it is accurate: only its speed is the "
+           "lab's problem)",
+           ZEN4_VM, "2026-12-04", SCRIPT),
+    Target("13", "lot_speedup", "cpu", "speedup", 10.0, 2.0,
+           f"{SCRIPT} --runs 5 (other core loaded): the solution's line 16.9-22.6x, median "
+           "18.4 (smoke, 8 frames a lot), ReferenceLine in the last run 20.2x, full marks in 5 "
+           "of 5 (2026-12-07); on the Zen 4 VM (2026-12-04, --full) 17.8-20.6x, median 19.5 "
+           "(full, 64 frames), full marks in 5 of 5, and under avx2-machine (--runs 3, smoke "
+           "lots of 16) 19.7-20.0x, full marks in 3 of 3",
+           "the baseline line handed in: 0.79-1.01x smoke (2026-12-07), 1.00-1.06x full, "
+           "0.88-1.02x avx2-machine (Zen 4 VM); 0 points in 13 of 13",
+           AMX_VM, "2026-12-07", SCRIPT),
+)  # fmt: skip
+
 CAMERA = 1024  # side of a camera frame
 INPUT = 128  # side of the detector's input
 HEAT = INPUT  # side of the grid regions are reported on: the input's pixels (8x8 camera pixels)
@@ -125,15 +157,6 @@ class StageTimer:
 def run_line(line: Callable[..., list[Report]], frames: list[bytes]) -> list[Report]:
     """``line(frames, StageTimer())``: one lot through a line, where the line lives."""
     return line(frames, StageTimer())
-
-
-def staged_run(
-    line: Callable[..., list[Report]], frames: list[bytes]
-) -> tuple[list[Report], dict[str, float]]:
-    """``line(frames, timer)`` and the timer's seconds per stage."""
-    timer = StageTimer()
-    reports = line(frames, timer)
-    return reports, dict(timer.seconds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,66 +424,7 @@ def f1_drop(baseline: np.ndarray, line: np.ndarray, real: np.ndarray, seed: int 
     return F1Drop(float(b), float(c), float(ci.low), float(ci.high))
 
 
-# Disagreements with the reference on "defective" (or "kind") in which a line is the one that is
-# wrong: an equally good line is wrong in half of them. Below this p-value (one-sided binomial
-# test, over every frame a check verified) the line is worse than the reference.
-WORSE_P = 1e-6
 MIN_REGION_IOU = 0.5  # regions against the reference's, per lot
-
-
-@dataclass
-class Agreement:
-    """What a check verifies of a line's reports on a lot, against the reference line's on the
-    same frames; counts accumulate over the lots of one check."""
-
-    truths: dict[int, list[int]] = field(default_factory=dict)  # lot key → true classes
-    reference: ReferenceLine = field(default_factory=ReferenceLine)
-    wrong: dict[str, list[int]] = field(
-        default_factory=lambda: {"defective": [0, 0], "kind": [0, 0]}
-    )  # what → [only the line wrong, only the reference wrong]
-
-    def add(self, lot: Lot) -> tuple[list[bytes]]:
-        """Remember ``lot``'s labels; its frames as a line's arguments."""
-        self.truths[_key(lot.frames)] = lot.labels
-        return (lot.frames,)
-
-    def __call__(self, args: tuple, reports: Any) -> None:
-        (frames,) = args
-        got = valid_reports(reports, len(frames))
-        want = self.reference(frames)
-        labels = np.asarray(self.truths[_key(frames)])
-        for what, truth, of in (
-            ("defective", labels > 0, lambda r: r["defective"]),
-            ("kind", labels, lambda r: KINDS.index(r["kind"])),
-        ):
-            line_ok = np.asarray([of(r) for r in got]) == truth
-            reference_ok = np.asarray([of(r) for r in want]) == truth
-            self.wrong[what][0] += int((reference_ok & ~line_ok).sum())
-            self.wrong[what][1] += int((line_ok & ~reference_ok).sum())
-            worse, better = self.wrong[what]
-            if _clearly_worse(worse, better):
-                raise checks.CheckFailed(
-                    f"your line's '{what}' is wrong on {worse} frames where the reference line "
-                    f"is right, and right on only {better} where it is wrong: it is worse than "
-                    "the reference, not a faster equal"
-                )
-        iou = region_iou(got, want)
-        if iou < MIN_REGION_IOU:
-            raise checks.CheckFailed(
-                f"your regions cover other cells than the reference line's (IoU {iou:.2f} over "
-                f"a lot, below {MIN_REGION_IOU}): regions are the 4-connected areas where the "
-                f"upsampled {HEAT}x{HEAT} heat exceeds {THRESHOLD}"
-            )
-
-
-def _clearly_worse(worse: int, better: int) -> bool:
-    return (
-        worse > 0 and stats.binomtest(worse, worse + better, alternative="greater").pvalue < WORSE_P
-    )
-
-
-def _key(frames: list[bytes]) -> int:
-    return hash(tuple(frames[:2]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,10 +540,77 @@ def steps_table(speedups: dict[str, measure.Speedup]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The graders
+# The checks: one per hidden test cell, and the helpers only they use.
 
-JUDGED = ("findings", "lot_speed", "breakdown")
-VOUCHED = {"test_line_visible": "findings"}
+
+def staged_run(
+    line: Callable[..., list[Report]], frames: list[bytes]
+) -> tuple[list[Report], dict[str, float]]:
+    """``line(frames, timer)`` and the timer's seconds per stage."""
+    timer = StageTimer()
+    reports = line(frames, timer)
+    return reports, dict(timer.seconds)
+
+
+# Disagreements with the reference on "defective" (or "kind") in which a line is the one that is
+# wrong: an equally good line is wrong in half of them. Below this p-value (one-sided binomial
+# test, over every frame a check verified) the line is worse than the reference.
+WORSE_P = 1e-6
+
+
+@dataclass
+class Agreement:
+    """What a check verifies of a line's reports on a lot, against the reference line's on the
+    same frames; counts accumulate over the lots of one check."""
+
+    truths: dict[int, list[int]] = field(default_factory=dict)  # lot key → true classes
+    reference: ReferenceLine = field(default_factory=ReferenceLine)
+    wrong: dict[str, list[int]] = field(
+        default_factory=lambda: {"defective": [0, 0], "kind": [0, 0]}
+    )  # what → [only the line wrong, only the reference wrong]
+
+    def add(self, lot: Lot) -> tuple[list[bytes]]:
+        """Remember ``lot``'s labels; its frames as a line's arguments."""
+        self.truths[_key(lot.frames)] = lot.labels
+        return (lot.frames,)
+
+    def __call__(self, args: tuple, reports: Any) -> None:
+        (frames,) = args
+        got = valid_reports(reports, len(frames))
+        want = self.reference(frames)
+        labels = np.asarray(self.truths[_key(frames)])
+        for what, truth, of in (
+            ("defective", labels > 0, lambda r: r["defective"]),
+            ("kind", labels, lambda r: KINDS.index(r["kind"])),
+        ):
+            line_ok = np.asarray([of(r) for r in got]) == truth
+            reference_ok = np.asarray([of(r) for r in want]) == truth
+            self.wrong[what][0] += int((reference_ok & ~line_ok).sum())
+            self.wrong[what][1] += int((line_ok & ~reference_ok).sum())
+            worse, better = self.wrong[what]
+            if _clearly_worse(worse, better):
+                raise checks.CheckFailed(
+                    f"your line's '{what}' is wrong on {worse} frames where the reference line "
+                    f"is right, and right on only {better} where it is wrong: it is worse than "
+                    "the reference, not a faster equal"
+                )
+        iou = region_iou(got, want)
+        if iou < MIN_REGION_IOU:
+            raise checks.CheckFailed(
+                f"your regions cover other cells than the reference line's (IoU {iou:.2f} over "
+                f"a lot, below {MIN_REGION_IOU}): regions are the 4-connected areas where the "
+                f"upsampled {HEAT}x{HEAT} heat exceeds {THRESHOLD}"
+            )
+
+
+def _clearly_worse(worse: int, better: int) -> bool:
+    return (
+        worse > 0 and stats.binomtest(worse, worse + better, alternative="greater").pvalue < WORSE_P
+    )
+
+
+def _key(frames: list[bytes]) -> int:
+    return hash(tuple(frames[:2]))
 
 
 def _secret_lots(generator: torch.Generator) -> Callable[[], Lot]:
@@ -685,32 +716,3 @@ def check_breakdown(inspect_lot: Callable[..., Any], *, points: float) -> float:
     print(f"[lab 13 · breakdown] stages {split}: {share:.0%} of the measured time: "
           f"{points:g}/{points:g} points")  # fmt: skip
     return float(points)
-
-
-# f1_drop: defect F1 points lost against the baseline line on the same held-out frames, graded
-# on the favourable end of a 98% paired bootstrap interval. lot_speedup: seconds per lot of the
-# student's line vs BaselineLine, one thread, relative to ReferenceLine in the same interleaved
-# run (checks.speed_check).
-SCRIPT = "tools/measure/lab13_capstone.py"
-TARGETS: tuple[Target, ...] = (
-    Target("13", "f1_drop", "cpu", "accuracy_drop", 1.0, 3.0,
-           f"{SCRIPT} --runs 5 --full --agreement 32 (other core loaded): the solution's line "
-           "graded 0 points lost in 5 of 5 runs at smoke (128 frames) and full size (512), 4/4 "
-           "points each; over 2048 frames ReferenceLine lost 0.26 F1 points (98% CI -0.23-0.76), "
-           "up to 1.01 on 512-frame samples and 2.43 on 128-frame ones, graded low end <= 0.19; "
-           "under avx2-machine (--runs 3, smoke) 4/4 in 3 of 3; at smoke as 16 lots of 8 on the "
-           "Intel AMX VM (--runs 5, 2026-12-07) 4/4 in 5 of 5",
-           "the baseline line handed in (tests/integration/submissions/lab13.py): F1 identical "
-           "to the baseline's, 0 points lost, 4/4 (it is accurate: only its speed is the "
-           "lab's problem)",
-           ZEN4_VM, "2026-12-04", SCRIPT),
-    Target("13", "lot_speedup", "cpu", "speedup", 10.0, 2.0,
-           f"{SCRIPT} --runs 5 (other core loaded): the solution's line 16.9-22.6x, median "
-           "18.4 (smoke, 8 frames a lot), ReferenceLine in the last run 20.2x, full marks in 5 "
-           "of 5 (2026-12-07); on the Zen 4 VM (2026-12-04, --full) 17.8-20.6x, median 19.5 "
-           "(full, 64 frames), full marks in 5 of 5, and under avx2-machine (--runs 3, smoke "
-           "lots of 16) 19.7-20.0x, full marks in 3 of 3",
-           "the baseline line handed in: 0.79-1.01x smoke (2026-12-07), 1.00-1.06x full, "
-           "0.88-1.02x avx2-machine (Zen 4 VM); 0 points in 13 of 13",
-           AMX_VM, "2026-12-07", SCRIPT),
-)  # fmt: skip
