@@ -147,7 +147,21 @@ def course_grades(root: Path, keys: list[str], attacks: list) -> dict:
     for attack in attacks:
         nb = with_attack(base(attack.lab, attack.base), attack)
         write(submissions, attack.name, attack.lab, nb, attack.files)
-    return grade(root, labs, {"PTCOURSE_CELL_TIMEOUT": CELL_TIMEOUT_S})
+    result = grade(root, labs, {"PTCOURSE_CELL_TIMEOUT": CELL_TIMEOUT_S})
+    write_times(result["scores"])
+    return result
+
+
+def write_times(scores: dict) -> None:
+    """Every submission's score and judging time, kept in the build folder (the run's own
+    folders are temporary): what grading costs per submission, lab by lab."""
+    lines = ["| submission | lab | score | judged in |", "|---|---|---|---|"]
+    for s in sorted(scores.values(), key=lambda s: (s["lab"], s["student"])):
+        score = f"{s['auto_score']:g}/{s['auto_max']:g}" if s["status"] == "graded" else s["status"]
+        lines.append(f"| {s['student']} | {s['lab']} | {score} | {s['seconds']:.0f} s |")
+    folder = paths.BUILD / "grading"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "last.md").write_text("\n".join(lines) + "\n")
 
 
 def shared(folder: Path, compute) -> dict:

@@ -17,6 +17,7 @@ import pytest
 from attacks import ATTACKS
 
 from ptcourse.core.lineup import lab
+from ptcourse.course import paths
 
 pytestmark = [pytest.mark.grading, pytest.mark.whole_machine]  # two lanes
 
@@ -29,10 +30,35 @@ CHOSEN = [
 SLOW_SPEED = {"06": ["test_speed_hidden", "test_memory_hidden"], "09": ["test_fix_speed_hidden"]}
 
 
+def write_table(graded: dict) -> str:
+    """The run's table (attack | lab | base | earned | deserved), kept in the build folder for
+    docs/grading.md and the closing notes (the run's own folders are temporary)."""
+    lines = ["| attack | lab | base | points earned | points deserved (its base) | judged in |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for attack in CHOSEN:
+        name = lab(attack.lab).name
+        got = graded["scores"].get(f"{attack.name}/{name}", {})
+        base = graded["scores"].get(f"{attack.base}/{name}", {})
+        earned, deserved = (
+            f"{s.get('auto_score', '?')}/{s.get('auto_max', '?')}" for s in (got, base)
+        )
+        seconds = f"{got.get('seconds', 0):.0f} s"
+        lines.append(
+            f"| {attack.name} | {attack.lab} | {attack.base} | {earned} | {deserved} | {seconds} |"
+        )
+    table = "\n".join(lines) + "\n"
+    folder = paths.BUILD / "adversarial"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ("all.md" if _ASKED == "all" else "last.md")).write_text(table)
+    return table
+
+
 @pytest.fixture(scope="module")
 def graded(request, tmp_path_factory):
     if not _ASKED:  # the slice: graded with the grading tier's submissions
-        return request.getfixturevalue("course_grades")
+        result = request.getfixturevalue("course_grades")
+        write_table(result)
+        return result
     root = tmp_path_factory.mktemp("adversarial")
     for key, base in {(a.lab, a.base) for a in CHOSEN}:
         grading_run.write(root / "submissions", base, key, grading_run.base(key, base))
@@ -40,7 +66,9 @@ def graded(request, tmp_path_factory):
         nb = grading_run.with_attack(grading_run.base(attack.lab, attack.base), attack)
         grading_run.write(root / "submissions", attack.name, attack.lab, nb, attack.files)
     env = {"PTCOURSE_CELL_TIMEOUT": "30", "PTCOURSE_MEMORY_LIMIT_GB": "6"}
-    return grading_run.grade(root, sorted({a.lab for a in CHOSEN}), env)
+    result = grading_run.grade(root, sorted({a.lab for a in CHOSEN}), env)
+    print(write_table(result))
+    return result
 
 
 @pytest.mark.parametrize("attack", CHOSEN, ids=lambda a: a.name)

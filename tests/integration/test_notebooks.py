@@ -32,11 +32,16 @@ def report():
     return {run["lab"]: run for run in json.loads(path.read_text())["labs"]}
 
 
+SMOKE_LIMIT_S = 60
+
+
 @pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
 def test_solution_runs_in_smoke_mode(lab, report):
     run = report[lab.name]
     assert run["ok"], run["error"]
-    assert run["seconds"] < 90, f"smoke run took {run['seconds']} s"
+    # A learner's smoke run takes at most a minute on every CPU class (here each lab runs in a
+    # lane beside another lab, which costs more than a run alone).
+    assert run["seconds"] < SMOKE_LIMIT_S, f"smoke run took {run['seconds']} s"
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
