@@ -40,6 +40,7 @@ from scipy import ndimage
 from tqdm import tqdm
 
 from ptcourse.core import smoke as _smoke
+from ptcourse.core.errors import CourseInputError
 
 if TYPE_CHECKING:
     import torch
@@ -87,9 +88,15 @@ def _size(smoke: bool | None) -> str:
     return "smoke" if smoke else "full"
 
 
+class UnknownDataset(CourseInputError, ValueError):
+    """A dataset name that is not one of :data:`SIZES` (a ValueError, as a bad argument)."""
+
+
 def _check_name(name: str) -> None:
     if name not in SIZES:
-        raise ValueError(f"unknown dataset {name!r}; choose from {sorted(SIZES)}")
+        raise UnknownDataset(
+            f"unknown dataset {name!r}: the datasets are {', '.join(sorted(SIZES))}"
+        )
 
 
 def dataset_dir(name: str, smoke: bool | None = None) -> Path:

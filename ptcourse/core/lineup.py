@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ptcourse.core.errors import CourseInputError
+
 
 @dataclass(frozen=True)
 class Lab:
@@ -88,9 +90,17 @@ LABS: tuple[Lab, ...] = (
 )  # fmt: skip
 
 
+class UnknownLab(CourseInputError, KeyError):
+    """A key that names no lab (a KeyError, as a lookup that fails)."""
+
+
 def lab(key: str) -> Lab:
     """Find a lab by number ("01"), name ("01-data-loading") or slug ("data-loading")."""
     for candidate in LABS:
-        if key in (candidate.number, candidate.name, candidate.slug, candidate.number.lstrip("0")):
+        short = candidate.number.lstrip("0") or "0"  # "6" for 06, "0" (not "") for 00
+        if key in (candidate.number, candidate.name, candidate.slug, short):
             return candidate
-    raise KeyError(f"no lab {key!r}; labs are {', '.join(x.name for x in LABS)}")
+    raise UnknownLab(
+        f"no lab {key!r}: name one by number (06) or name (06-attention); "
+        f"the labs are {', '.join(x.name for x in LABS)}"
+    )

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ptcourse.assets.datasets import data_root
 from ptcourse.core.lineup import Lab
+from ptcourse.course import intake
 from ptcourse.course import lanes as lanes_of
 from ptcourse.course.paths import BUILD, NBGRADER_DB, ROOT, course_labs
 from ptcourse.course.release import nbgrader_api, release
@@ -54,8 +55,9 @@ def _books(the_lab: Lab, student: str, submitted: Path, *, judged: bool) -> None
         # nbgrader's own session use makes SQLAlchemy warn on every first submission
         warnings.filterwarnings("ignore", category=SAWarning)
         done = api.autograde(the_lab.name, student, force=True, create=True)
-    if not done["success"]:
-        raise StepFailed(done.get("error", "").strip()[-500:])
+    if not done["success"]:  # its error is a traceback ending "Please see the above traceback"
+        notebook = submitted / student / the_lab.name / f"{the_lab.name}.ipynb"
+        raise StepFailed(intake.nbgrader_failure(the_lab, done.get("log", ""), notebook))
 
 
 @dataclass
@@ -105,18 +107,26 @@ def autograde(
     its own cores (:mod:`ptcourse.course.lanes`); nbgrader's bookkeeping steps take turns. With
     ``remote`` (a cluster's judge, :func:`ptcourse.course.cluster.dask_judge`) the judge steps
     run there, ``lanes`` at once, and the books stay here, in the one gradebook.
+
+    A bad ``submissions`` folder or lab key raises a CourseInputError before any work; a handed-in
+    file that is not this lab's notebook is graded "failed" unrun, and a missing one says where it
+    seems to be instead, each in one line (:mod:`ptcourse.course.intake`).
     """
+    students = intake.students(submissions)  # or a CourseInputError that says what is wrong
     submissions = submissions.resolve()
-    students = sorted(p.name for p in submissions.iterdir() if p.is_dir())
+    labs = course_labs(keys)  # or an UnknownLab
+    for line in intake.strays(submissions, students):
+        print(line, file=sys.stderr)
     private_release = BUILD / "nbgrader" / "release"
     release(keys, release_dir=private_release)  # registers each lab in the gradebook
-    jobs = [(each, student) for each in course_labs(keys) for student in students]
+    jobs = [(each, student) for each in labs for student in students]
     plan = lanes_of.this_machine(lanes) if remote is None else [[]] * lanes
 
     def grade(job: tuple[Lab, str], cores: list[int]) -> Score:
         each, student = job
         if not (submissions / student / each.name / f"{each.name}.ipynb").exists():
-            return Score(student, each.name, "missing")
+            where = intake.whereabouts(each, submissions / student)
+            return Score(student, each.name, "missing", detail=where)
         start = time.perf_counter()
         pinned = cores if lanes > 1 and remote is None else None
         score = _autograde_one(each, student, submissions, timeout_s, pinned, remote)
@@ -178,6 +188,9 @@ def _autograde_one(
     raw = submissions / student / the_lab.name
     judged = BUILD / "judge" / "submitted" / student / the_lab.name
     try:
+        refused = intake.refusal(the_lab, raw / name)  # not a notebook, or not this lab's
+        if refused:
+            return Score(student, the_lab.name, "failed", detail=refused)
         _books(the_lab, student, submissions, judged=False)
         canonical = BUILD / "nbgrader" / "autograded" / student / the_lab.name / name
         judged.mkdir(parents=True, exist_ok=True)
@@ -235,10 +248,12 @@ def write_grades_csv(scores: list[Score], path: Path) -> Path:
         writer = csv.writer(f)
         writer.writerow(
             ["student", "lab", "status", "autograded", "autograded_max", "written_max", "seconds"]
+            + ["detail"]
         )
         for s in scores:
             writer.writerow(
                 [s.student, s.lab, s.status, s.auto_score, s.auto_max, s.written_max, s.seconds]
+                + [_last_line(s.detail)]
             )
     return path
 
@@ -254,12 +269,19 @@ def score_table(scores: list[Score]) -> str:
     lines = [f"{'student':<16}{'lab':<24}{'status':<9}{'autograded':>12}{'time':>8}  written"]
     for s in scores:
         auto = f"{s.auto_score:g}/{s.auto_max:g}" if s.status == "graded" else "—"
-        note = f"  {s.detail.splitlines()[-1][:80]}" if s.detail else ""
+        note = f"  {_last_line(s.detail)}" if s.detail else ""
         lines.append(
             f"{s.student:<16}{s.lab:<24}{s.status:<9}{auto:>12}{s.seconds:7.0f}s  "
             f"{s.written_max:g} pts{note}"
         )
     return "\n".join(lines)
+
+
+def _last_line(detail: str) -> str:
+    """A score's detail in one line: its last (a refusal is one line; a judge's error ends with
+    its exception)."""
+    lines = detail.strip().splitlines()
+    return lines[-1][:300] if lines else ""
 
 
 def copy_submission(source: Path, submissions: Path, student: str, the_lab: Lab) -> Path:

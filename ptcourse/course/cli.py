@@ -6,9 +6,11 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ptcourse.core import smoke
+from ptcourse.core.errors import CourseInputError
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -28,7 +30,10 @@ def _data(args: argparse.Namespace) -> int:
     from ptcourse.assets import datasets
 
     size = args.smoke or smoke.is_smoke()
-    for name in args.names or ["inspection", "headlines"]:
+    names = args.names or ["inspection", "headlines"]
+    for name in names:  # an unknown name is said before any dataset is built
+        datasets.dataset_dir(name, smoke=size)
+    for name in names:
         path = datasets.ensure(name, smoke=size)
         print(f"{name}: {path} verified ({datasets.manifest(name, smoke=size)['files']} files)")
     return 0
@@ -49,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
 
     size = args.smoke or smoke.is_smoke()
     folder = "labs" if args.labs_version else "solutions"
-    labs = paths.course_labs(args.labs)
+    labs = paths.course_labs(args.labs)  # or an UnknownLab, said in one line by main()
     mode = "smoke sizes" if size else "full sizes"
     if not size:
         from ptcourse.core import estimate
@@ -86,12 +91,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from ptcourse.course import autograde, paths
+    from ptcourse.course import autograde, intake, paths
 
     submissions = Path(args.submissions)
-    if not submissions.is_dir():
-        print(f"no such folder: {submissions}", file=sys.stderr)
-        return 2
+    intake.students(submissions)  # a bad folder or lab is said before any work starts
+    paths.course_labs(args.labs)
     if args.cluster:
         from ptcourse.course import cluster
 
@@ -135,6 +139,22 @@ def _targets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    """An argparse type: a number above zero (``--lanes 0`` or ``--timeout -1`` is refused)."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            what = "whole number" if kind is int else "number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what} above 0")
+        return value
+
+    return parse
+
+
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(
         prog="ptcourse", description="A graded course on making PyTorch fast."
@@ -161,7 +181,7 @@ def parser() -> argparse.ArgumentParser:
     which.add_argument("--labs", dest="labs_version", action="store_true", help="run labs/")
     p.add_argument(
         "--lanes",
-        type=int,
+        type=_positive(int),
         default=1,
         help="notebooks run at once, each on its own cores (1; at most one per core)",
     )
@@ -171,11 +191,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("submissions", metavar="SUBMISSIONS_DIR")
     p.add_argument("labs", nargs="*", metavar="LAB", help="labs to grade (all)")
     p.add_argument(
-        "--timeout", type=float, default=3600, help="seconds allowed per submission (3600)"
+        "--timeout",
+        type=_positive(float),
+        default=3600,
+        help="seconds allowed per submission (3600)",
     )
     p.add_argument(
         "--lanes",
-        type=int,
+        type=_positive(int),
         default=1,
         help="submissions judged at once, each on its own cores (1; at most one per core)",
     )
@@ -206,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         commands.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.func is _lab:
         args.jupyter_args = [a for a in [*unknown, *args.jupyter_args] if a != "--"]
-    return args.func(args)
+    try:
+        return args.func(args)
+    except CourseInputError as error:  # bad input is said in one line, never a traceback
+        print(f"{commands.prog}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ptcourse.core.errors import CourseInputError
 from ptcourse.core.lineup import LABS, Lab, lab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,5 +22,5 @@ def course_labs(keys: list[str] | tuple[str, ...] = ()) -> list[Lab]:
     chosen = [lab(key) for key in keys] if keys else list(LABS)
     missing = [each.name for each in chosen if keys and not notebook(each).exists()]
     if missing:
-        raise SystemExit(f"not written yet: {', '.join(missing)}")
+        raise CourseInputError(f"not written yet: {', '.join(missing)} (no notebook in solutions/)")
     return [each for each in chosen if notebook(each).exists()]

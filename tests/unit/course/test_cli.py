@@ -42,6 +42,63 @@ def test_grade_rejects_missing_folder(tmp_path):
     assert ptcourse("grade", str(tmp_path / "nope")).returncode == 2
 
 
+UNKNOWN_LAB = (
+    "ptcourse: error: no lab '99': name one by number (06) or name (06-attention); "
+    "the labs are 00-measuring-right, 01-data-loading,"
+)
+
+
+def test_an_unknown_lab_is_one_line_not_a_traceback():
+    done = ptcourse("run", "99")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(UNKNOWN_LAB) and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    "argv", [["run", "99"], ["run", "--smoke", "99"], ["release", "99"], ["grade", "SUBS", "99"]]
+)
+def test_every_command_says_an_unknown_lab_in_one_line(argv, tmp_path, capsys):
+    (tmp_path / "alice").mkdir()
+    assert cli.main([str(tmp_path) if a == "SUBS" else a for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(UNKNOWN_LAB) and err.endswith("13-capstone\n") and err.count("\n") == 1
+
+
+def test_an_unknown_dataset_is_one_line_before_any_is_built(monkeypatch, capsys):
+    from ptcourse.assets import datasets
+
+    built = []
+    monkeypatch.setattr(datasets, "ensure", lambda name, smoke: built.append(name))
+    assert cli.main(["data", "inspection", "nosuchset"]) == 2
+    assert built == []
+    assert capsys.readouterr().err == (
+        "ptcourse: error: unknown dataset 'nosuchset': the datasets are headlines, inspection\n"
+    )
+
+
+def test_grading_a_students_own_folder_is_one_line(tmp_path, capsys):
+    (tmp_path / "alice" / "06-attention").mkdir(parents=True)
+    assert cli.main(["grade", str(tmp_path / "alice"), "06"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ptcourse: error: {tmp_path / 'alice'} holds lab folders (06-attention)")
+    assert "grade the folder above it" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv,said",
+    [
+        (["grade", ".", "--lanes", "0"], "argument --lanes: '0' is not a whole number above 0"),
+        (["grade", ".", "--timeout", "-1"], "argument --timeout: '-1' is not a number above 0"),
+        (["run", "--lanes", "two"], "argument --lanes: 'two' is not a whole number above 0"),
+    ],
+)
+def test_lanes_and_timeouts_must_be_above_zero(argv, said, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(said)
+
+
 def test_lanes_get_disjoint_cores():
     from ptcourse.course.lanes import core_plan
 
@@ -122,3 +179,11 @@ def test_lanes_run_each_notebook_in_its_own_pinned_child_and_report_failures():
     assert [r.lab for r in runs] == ["04-grad-accumulation", "07-export"]
     assert not any(r.ok for r in runs) and all("no-such-folder" in r.error for r in runs)
     assert sorted(seen) == [1, 2]
+
+
+def test_an_empty_lab_key_names_no_lab():
+    from ptcourse.core.lineup import UnknownLab, lab
+
+    assert lab("0") == lab("00")
+    with pytest.raises(UnknownLab):
+        lab("")
