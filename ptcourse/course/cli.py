@@ -1,4 +1,5 @@
-"""The ``ptcourse`` command: doctor, data, release, run, grade, lab, targets."""
+"""The ``ptcourse`` command: doctor, data, release, run, grade, check, progress, answers, lab,
+targets."""
 
 from __future__ import annotations
 
@@ -118,6 +119,52 @@ def _grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from ptcourse.course import selfcheck
+
+    if args.smoke:
+        smoke.set_smoke(True)  # the grading child and its judge inherit it
+    goals = selfcheck.targets(args.labs)  # bad input is said before any grading starts
+    size = (
+        "smoke size" if smoke.is_smoke() else "full size (as long as running it; --smoke: a minute)"
+    )
+    graded = True
+    for goal in goals:
+        where = _shown(goal.notebook)
+        print(
+            f"checking Lab {goal.lab.number} ({where}) at {size} in the judge's sandbox …",
+            flush=True,
+        )
+        checked = selfcheck.check(goal, args.timeout)
+        selfcheck.record(checked)
+        print(selfcheck.report(checked), flush=True)
+        graded = graded and checked.status == "graded"
+    return 0 if graded else 1
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the current folder where it lies below it (labs/04-…/04-….ipynb)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _progress(args: argparse.Namespace) -> int:
+    from ptcourse.course import selfcheck
+
+    print(selfcheck.progress_table())
+    print(f"(autograded points per lab, from {selfcheck.progress_file()})")
+    return 0
+
+
+def _answers(args: argparse.Namespace) -> int:
+    from ptcourse.course import selfcheck
+
+    print(selfcheck.answers(args.lab))
+    return 0
+
+
 def _lab(args: argparse.Namespace) -> int:
     from ptcourse.assets import datasets
     from ptcourse.course import paths
@@ -209,6 +256,32 @@ def parser() -> argparse.ArgumentParser:
         "its workers' lanes replace --lanes, the gradebook stays here",
     )
     p.set_defaults(func=_grade)
+
+    p = sub.add_parser(
+        "check", help="grade your own notebook with the judge (no gradebook or instructor needed)"
+    )
+    p.add_argument(
+        "labs",
+        nargs="*",
+        metavar="LAB|NOTEBOOK",
+        help="a lab (04: its notebook in labs/) or a notebook's path; none: each lab in labs/ "
+        "you have edited",
+    )
+    p.add_argument("--smoke", action="store_true", help="shrunk sizes: each lab in about a minute")
+    p.add_argument(
+        "--timeout",
+        type=_positive(float),
+        default=3600,
+        help="seconds allowed per notebook (3600)",
+    )
+    p.set_defaults(func=_check)
+
+    p = sub.add_parser("progress", help="your checked labs' points: best and last check")
+    p.set_defaults(func=_progress)
+
+    p = sub.add_parser("answers", help="a checked lab's model answers, rubrics and solution code")
+    p.add_argument("lab", metavar="LAB", help="e.g. 04 or 04-grad-accumulation")
+    p.set_defaults(func=_answers)
 
     p = sub.add_parser("lab", help="build the datasets, then start JupyterLab on labs/")
     p.add_argument("--smoke", action="store_true", help="build only the small smoke datasets")

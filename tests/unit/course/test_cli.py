@@ -22,7 +22,10 @@ def test_doctor_prints_machine_backends_and_tracks():
         assert needle in done.stdout
 
 
-@pytest.mark.parametrize("command", ["doctor", "data", "release", "run", "grade", "lab", "targets"])
+@pytest.mark.parametrize(
+    "command",
+    ["doctor", "data", "release", "run", "grade", "check", "progress", "answers", "lab", "targets"],
+)
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as done:
         cli.main([command, "--help"])
