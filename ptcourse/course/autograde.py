@@ -233,7 +233,9 @@ def _judge(
     submissions folder are hidden from the worker."""
     scratch = BUILD / "judge" / "scratch" / out.parent.parent.name / the_lab.name
     shutil.rmtree(scratch, ignore_errors=True)
-    hidden = os.pathsep.join(map(str, (BUILD, submission.parents[1])))
+    # The checkout's own build folder too, where BUILD is a folder of its own (ptcourse check):
+    # an instructor's gradebook and other students' judged notebooks live there.
+    hidden = os.pathsep.join(sorted(map(str, {BUILD, ROOT / "build", submission.parents[1]})))
     readable = os.pathsep.join(
         str(Path(p).resolve()) for p in (ROOT, sys.prefix, sys.base_prefix, data_root())
     )

@@ -380,6 +380,16 @@ REFERENCE_SHARE = 0.7
 # reference's 1.22x in the judge): full credit then starts at 90% of the reference's ratio, but
 # never lower than a quarter of its gain above the floor.
 NOISE_SHARE, LEAST_GAIN_SHARE = 0.9, 0.25
+# Speed is gradable only where the reference's interval clears the floor by this factor: on the
+# Intel AMX VM Lab 08's fusion reference measured 1.15-1.18x over a 1.1x floor, and the
+# solution beside it 1.10x in two runs of two (partial credit for a right answer) — a gain that
+# small cannot tell a right answer from a copy of the baseline (2026-12-07).
+GRADABLE_MARGIN = 1.05
+
+
+def gradable(row: Target, reference_low: float) -> bool:
+    """Whether a reference whose interval starts at ``reference_low`` lets speed be graded."""
+    return reference_low > row.floor * GRADABLE_MARGIN
 
 
 def full_credit_at(target: float, floor: float, reference: float) -> float:
@@ -408,7 +418,7 @@ def _grade_decided(row: Target, timed: dict[str, measure.Speedup]) -> bool:
     the candidate's interval wholly above the full-credit ratio the top of the reference's
     interval would ask for, or wholly below the floor."""
     ref, cand = timed["reference"], timed["candidate"]
-    if ref.ci_low <= row.floor:
+    if not gradable(row, ref.ci_low):
         return False
     hardest = full_credit_at(row.target, row.floor, ref.ci_high)
     return cand.ci_low >= hardest or cand.ci_high <= row.floor
@@ -441,10 +451,11 @@ def relative_speedup(
         )
     ref, cand = timed["reference"], timed["candidate"]
     seen = f"reference solution here {ref.ratio:.2f}x (95% CI {ref.ci_low:.2f}–{ref.ci_high:.2f}x)"
-    if ref.ci_low <= row.floor:
+    if not gradable(row, ref.ci_low):
         reason = (
             f"[lab {row.lab} · {row.check}] speed is not gradable on this machine: the {seen} "
-            f"does not clear {row.floor:g}x, where a copy of the baseline can land"
+            f"does not clear {row.floor * GRADABLE_MARGIN:.3g}x (the floor {row.floor:g}x, where "
+            f"a copy of the baseline can land, and {GRADABLE_MARGIN - 1:.0%} of noise)"
         )
         print(reason)
         if not_gradable is None:
@@ -481,11 +492,14 @@ def speed_check(
     :func:`timed_alike` (in the judge, in the trusted twin of the answer's worker) on
     ``baseline_inputs`` and ``reference_inputs``, ``fresh`` where not given. ``inference`` runs
     all three under ``torch.inference_mode`` (in the judge, in their workers)."""
-    candidate = timed(answer, fresh, verify, inference=inference, via=via)
     base_inputs = fresh if baseline_inputs is None else baseline_inputs
     ref_inputs = fresh if reference_inputs is None else reference_inputs
+    # In this order (as every lab did before): prepared after its twin's two, the answer
+    # measured faster against the same baseline — Lab 12's copy of the baseline 1.31x beside
+    # 1.11x, Lab 08's reference fusion 1.10x beside its reference's 1.18x (2026-12-07).
     base = timed_alike(answer, baseline, base_inputs, inference=inference)
     ref = timed_alike(answer, reference, ref_inputs, inference=inference)
+    candidate = timed(answer, fresh, verify, inference=inference, via=via)
     return relative_speedup(goal, base, ref, candidate, points=points, not_gradable=not_gradable)
 
 
@@ -512,10 +526,11 @@ def target_here(row: Target, reference: float | None = None, yours: float | None
     unit = "x" if row.kind in ("speedup", "memory_ratio", "flops_ratio") else ""
     relation = "≥" if row.higher_is_better else "≤"
     head = f"[lab {row.lab} · {row.check}] the hidden check asks {row.kind} {relation} "
-    if reference is not None and reference <= row.floor:
+    if reference is not None and not gradable(row, reference):
         return (
             f"[lab {row.lab} · {row.check}] the hidden check asks no {row.kind} here: the "
-            f"reference solution measured {reference:.2f}x, not clear of the floor {row.floor:g}x, "
+            f"reference solution measured {reference:.2f}x, not clear of the floor {row.floor:g}x "
+            f"by {GRADABLE_MARGIN - 1:.0%}, "
             "so speed is not gradable here and its points grade the technique instead"
         )
     if reference is None:

@@ -36,6 +36,13 @@ PER_PROCESS = (
     "over the worker's processes as /proc lists them, and a short-lived child can escape them)"
 )
 GRACE_S = 10.0
+# glibc's heap, fixed alike for the worker and its twin. Left to itself it adapts to what a
+# process has allocated so far: the worker, which ran the whole notebook, kept freed memory
+# that the fresh twin returned and faulted in again on every call, and the same fp32 model ran
+# 1.2-1.4x faster in the worker than as the baseline in the twin (Lab 08's bf16 baseline copy
+# 1.29-1.41x, Lab 12's eager copy 1.11-1.31x, Intel AMX VM, 2026-12-07). A lab that pins the
+# heap in its setup cell (measure.rss_follows_tensors) overrides this in both.
+HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(256 * 2**20)}
 # What the worker inherits: the course's switches and what decides which kernels run, so that
 # the worker and the judge (its baseline, its reference) see the same CPU.
 WORKER_ENV = ("PTCOURSE_", "ATEN_", "ONEDNN_", "DNNL_", "OMP_", "MKL_", "KMP_", "CUDA_")
@@ -187,6 +194,7 @@ def judge_notebook(
     env = {k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV)}
     env.pop("PTCOURSE_RESULTS", None)
     env.pop(SEED_ENV, None)  # the secret stays here: the worker's inputs come from the judge
+    env.update(HEAP)
     env.update(_compiler_env(key))
     worker = WorkerProcess(
         submission, scratch, env, readable, hidden, sandbox.limits_from_env(), missing is None
