@@ -14,7 +14,7 @@ TIERS = (
     ("tests/unit/", "unit"),
     ("tests/integration/test_notebooks.py", "notebooks (papermill, smoke)"),
     ("tests/integration/test_grading.py", "grading (judge, every lab)"),
-    ("tests/integration/test_check.py", "grading (judge, every lab)"),
+    ("tests/integration/test_selfcheck.py", "grading (judge, every lab)"),
     ("tests/integration/test_matrix.py", "matrix slice"),
     ("tests/integration/test_cluster.py", "cluster (Dask)"),
     ("tests/integration/test_binder.py", "binder"),

@@ -97,7 +97,8 @@ def command(
     for folder in readable:  # after the masks: a checkout may live in /home or /tmp
         wrap += ["--ro-bind", str(folder), str(folder)]
     for folder in hidden:  # a readable folder may contain a hidden one (checkout/build)
-        if any(Path(folder).is_relative_to(r) for r in readable):
+        # (one that does not exist hides nothing, and bwrap cannot make its mount point there)
+        if Path(folder).exists() and any(Path(folder).is_relative_to(r) for r in readable):
             wrap += ["--tmpfs", str(folder)]
     wrap += ["--dir", SCRATCH]
     wrap += ["--ro-bind", str(submission), SUBMISSION, "--chdir", SCRATCH]

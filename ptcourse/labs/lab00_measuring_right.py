@@ -74,10 +74,13 @@ TARGETS: tuple[Target, ...] = (
            "smoke)",
            "naive timer: 2.51-5.57, median 4.04 (smoke), 10/10 zero credit", AMX_VM,
            "2026-12-07", SCRIPT),
-    Target("00", "time_it_async", "cpu", "relative_error", 0.3, 0.6,
+    Target("00", "time_it_async", "cpu", "relative_error", 0.5, 0.9,
            f"{SCRIPT} --runs 10 --smoke: median 0, max 0.065, 10/10 full credit (before the "
            "simulated device ran its work at the creator's thread count: max 0.79, 6/10 full, "
-           "2/10 zero: OpenMP's default team beside a busy core)",
+           "2/10 zero: OpenMP's default team beside a busy core); but 0.606 in the browser "
+           "tier's smoke run beside another tier (real work slows with the load, which changes "
+           "between the reference's runs and the timer's): the target was 0.3, the floor 0.6 "
+           "then. The naive timer stays at 0.997-1.0, far past the floor",
            "naive timer: 0.997-1.0 (smoke), 10/10 zero credit", AMX_VM, "2026-12-07", SCRIPT),
     Target("00", "roofline", "cpu", "score", 1.0, 0.0,
            f"{RUNS}: 1.0 (10 of 10 answers; deterministic)",

@@ -1,7 +1,7 @@
 """A learner's own check (ptcourse.course.selfcheck): which notebooks are touched, a notebook's
 lab, bad input in one line, what a check prints and records, the progress table, and the model
 answers refused before a check and given after. The grading itself (``ptcourse grade`` in a
-child process) is stubbed here: tests/integration/test_check.py runs one for real."""
+child process) is stubbed here: tests/integration/test_selfcheck.py runs one for real."""
 
 import datetime
 import json

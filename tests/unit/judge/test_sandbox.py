@@ -111,3 +111,23 @@ def test_a_fork_bomb_meets_the_process_limit(make_worker):
     )
     assert "stopped at" in printed(outputs), outputs
     assert int(printed(outputs).split()[2]) < 64
+
+
+def test_a_hidden_folder_that_does_not_exist_is_left_out(tmp_path):
+    """bwrap cannot make a mount point inside a read-only checkout: a fresh clone has no
+    build/ folder, and hiding it failed every worker at start."""
+    from ptcourse.judge import sandbox
+
+    missing = tmp_path / "checkout" / "build"
+    (tmp_path / "checkout").mkdir()
+    argv = sandbox.command(
+        ["python"], submission=tmp_path, readable=[tmp_path / "checkout"], hidden=[missing],
+        limits=sandbox.limits_from_env(), env={},
+    )  # fmt: skip
+    assert str(missing) not in argv
+    missing.mkdir()
+    argv = sandbox.command(
+        ["python"], submission=tmp_path, readable=[tmp_path / "checkout"], hidden=[missing],
+        limits=sandbox.limits_from_env(), env={},
+    )  # fmt: skip
+    assert str(missing) in argv
