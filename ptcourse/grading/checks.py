@@ -381,10 +381,12 @@ REFERENCE_SHARE = 0.7
 # never lower than a quarter of its gain above the floor.
 NOISE_SHARE, LEAST_GAIN_SHARE = 0.9, 0.25
 # Speed is gradable only where the reference's interval clears the floor by this factor: on the
-# Intel AMX VM Lab 08's fusion reference measured 1.15-1.18x over a 1.1x floor, and the
-# solution beside it 1.10x in two runs of two (partial credit for a right answer) — a gain that
-# small cannot tell a right answer from a copy of the baseline (2026-12-07).
-GRADABLE_MARGIN = 1.05
+# Intel AMX VM Lab 08's fusion reference measured 1.15-1.18x over a 1.1x floor and the solution
+# beside it 1.10x in two runs of two; its bf16 reference 1.25x (interval from 1.21x) over a
+# 1.15x floor and the solution 1.10x (partial or no credit for right answers) — gains that
+# small cannot tell a right answer from a copy of the baseline (2026-12-07). Every other speed
+# row's reference clears its floor by 20% or more there.
+GRADABLE_MARGIN = 1.10
 
 
 def gradable(row: Target, reference_low: float) -> bool:

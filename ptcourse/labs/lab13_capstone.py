@@ -671,11 +671,14 @@ def check_lot_speed(inspect_lot: Callable[..., Any], *, points: float) -> float:
     )
 
 
-BREAKDOWN_TOLERANCE = 0.10  # the stages' sum against the measured time of the call
+# The stages' sum against the measured time of the call. 10% before glibc's heap was fixed in
+# the judge's workers: after it the reference's stages added up to 90% of the judge's clock in
+# three runs of three (the suite's grading tier and two alone, Intel AMX VM, 2026-12-07).
+BREAKDOWN_TOLERANCE = 0.15
 
 
 def check_breakdown(inspect_lot: Callable[..., Any], *, points: float) -> float:
-    """``inspect_lot(frames, timer)`` times exactly the four stages, and their sum is within 10%
+    """``inspect_lot(frames, timer)`` times exactly the four stages, and their sum is within 15%
     of the call's time as the judge measured it (median of three fresh lots); the reports are
     checked as in the speed check."""
     agreement = Agreement()
