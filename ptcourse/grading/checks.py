@@ -496,9 +496,8 @@ def speed_check(
     all three under ``torch.inference_mode`` (in the judge, in their workers)."""
     base_inputs = fresh if baseline_inputs is None else baseline_inputs
     ref_inputs = fresh if reference_inputs is None else reference_inputs
-    # In this order (as every lab did before): prepared after its twin's two, the answer
-    # measured faster against the same baseline — Lab 12's copy of the baseline 1.31x beside
-    # 1.11x, Lab 08's reference fusion 1.10x beside its reference's 1.18x (2026-12-07).
+    # The order of preparing the three does not decide the ratios: the gaps once blamed on it
+    # (a baseline copy at 1.31x, then 1.11x) were the twin's unfixed heap (judge.HEAP).
     base = timed_alike(answer, baseline, base_inputs, inference=inference)
     ref = timed_alike(answer, reference, ref_inputs, inference=inference)
     candidate = timed(answer, fresh, verify, inference=inference, via=via)
