@@ -126,12 +126,27 @@ def grade(root: Path, keys: list[str], env: dict[str, str]) -> dict:
     assert (root / "build" / "grades" / "grades.csv").exists()
     leftovers = subprocess.run(["pgrep", "-f", MARKER], capture_output=True, text=True).stdout
     scores = json.loads((root / "build" / "grades" / "grades.json").read_text())
+    for score in scores:
+        score["verdicts"] = verdicts(root / "build", score["student"], score["lab"])
     return {
         "scores": {f"{s['student']}/{s['lab']}": s for s in scores},
         "before": before,
         "after": course_fingerprint(),
         "leftovers": leftovers,
     }
+
+
+def verdicts(build: Path, student: str, lab_name: str) -> list[str]:
+    """The judge's lines in the judged notebook (``[lab NN · check] ...`` and the reference's
+    ratio beside a speed verdict): what a failed grade assertion shows."""
+    lines = []
+    for path in (build / "judge" / "submitted" / student / lab_name).glob("*.ipynb"):
+        for cell in json.loads(path.read_text())["cells"]:
+            for output in cell.get("outputs", []):
+                text = output.get("text", "")
+                text = "".join(text) if isinstance(text, list) else text
+                lines += [line for line in text.splitlines() if line.startswith(("[lab", "  "))]
+    return lines
 
 
 def course_grades(root: Path, keys: list[str], attacks: list) -> dict:

@@ -101,6 +101,8 @@ class Sizes:
     roof_n: int  # matmul size on the roofline
     add_n: int  # elements of the add on the roofline (more than a last-level cache)
     reference_run_s: float  # min_run_time of each of ptcourse's reference measurements
+    hot_units: int  # part 6: the hot stage of the two-stage line, in Compute units
+    rest_units: int  # and the rest of the line
 
     def __str__(self) -> str:
         return (
@@ -122,6 +124,8 @@ def sizes(track: str | None = None) -> Sizes:
         roof_n=4096 if cuda else 512,
         add_n=2**26 if cuda else pick(2**24, 2**23),
         reference_run_s=pick(0.5, 0.2),
+        hot_units=pick(120, 48),
+        rest_units=pick(40, 16),
     )
 
 

@@ -848,14 +848,7 @@ def check_bf16_speed(to_bf16: Callable[[nn.Module], nn.Module], *, points: float
     net = deployed_model(seed)
     with captured_stderr():
         low_net = to_bf16(net)
-    if fast_bf16() and not checks.judged(low_net):
-        return grade_bf16_speed(net, low_net, seed, points=points)
     if fast_bf16():
-        # In the judge the same bf16 model measured 1.03x in the worker beside 1.42x in the twin
-        # (and fp32 copies 1.3-1.4x before the heap was fixed): not yet explained, so the judge
-        # grades bf16 in effect until it is (Intel AMX VM, 2026-12-07).
-        print("bf16 speed is not graded in the judge yet (the worker and its twin disagree on "
-              "bf16 timings): grading that the convs and the head compute in bf16")  # fmt: skip
-        return grade_bf16_in_effect(low_net, seed, points=points)
+        return grade_bf16_speed(net, low_net, seed, points=points)
     print("bf16 is not fast here: grading that the convs and the head compute in bf16")
     return grade_bf16_in_effect(low_net, seed, points=points)

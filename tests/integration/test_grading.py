@@ -23,7 +23,7 @@ def grades(course_grades):
 def test_solution_scores_full_autograded_marks(lab, grades):
     score = grades[("reference", lab.name)]
     assert score["status"] == "graded", score["detail"]
-    assert score["auto_score"] == score["auto_max"] > 0, score["cells"]
+    assert score["auto_score"] == score["auto_max"] > 0, (score["cells"], score["verdicts"])
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
@@ -40,7 +40,7 @@ def test_baseline_copy_scores_zero_on_every_speed_check(lab, grades):
     score = grades[("baseline", lab.name)]
     assert score["status"] == "graded", score["detail"]
     for cell in spec["speed_checks"]:
-        assert score["cells"][cell] == 0, (cell, score["cells"])
+        assert score["cells"][cell] == 0, (cell, score["cells"], score["verdicts"])
 
 
 @pytest.mark.parametrize(

@@ -116,3 +116,53 @@ def test_names_the_text_gives_through_the_notebooks_imports_exist(lab):
                 if alias in aliases and not resolves(f"{aliases[alias]}.{attribute}"):
                     missing.append(f"cell {i}: {alias}.{attribute}")
     assert not missing, missing
+
+
+# "(Amdahl's law, Lab 00)", "(`Image.draft`, Lab 01–02)" and "Lab 00 (interleaved timing)":
+# a term the text credits to another lab.
+TERM_THEN_LAB = re.compile(r"\(([^()]{1,80}?),\s*Labs? (\d\d)(?:\s*[–-]\s*(\d\d))?\)")
+LAB_THEN_TERMS = re.compile(r"\bLab (\d\d) \(([^()]{1,80})\)")
+
+
+def term_of(phrase: str) -> str:
+    """The word a lab must contain to teach ``phrase``: its first quoted name, else its first
+    word of four letters or more (without a possessive)."""
+    quoted = IN_BACKTICKS.findall(phrase)
+    if quoted:
+        return quoted[0]
+    words = [w.removesuffix("'s") for w in re.findall(r"[A-Za-z][\w'-]*", phrase)]
+    return next((w for w in words if len(w) >= 4), phrase.strip())
+
+
+def credited_terms(text: str) -> list[tuple[str, list[str]]]:
+    """(term, labs credited with it) for each credit in ``text``."""
+    found = []
+    for phrase, first, last in TERM_THEN_LAB.findall(text):
+        labs = [f"{n:02d}" for n in range(int(first), int(last or first) + 1)]
+        found.append((term_of(phrase), labs))
+    for key, phrases in LAB_THEN_TERMS.findall(text):
+        found += [(term_of(phrase), [key]) for phrase in re.split(r"[,;]", phrases)]
+    return found
+
+
+def text_of(key: str) -> str:
+    return "\n".join(text for _, text in sources(key)).lower()
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_a_term_credited_to_another_lab_is_taught_there(lab):
+    missing = [
+        f"cell {i}: {term!r} is not in Lab {' or '.join(keys)}"
+        for i, text in sources(lab.number)
+        for term, keys in credited_terms(text)
+        if not any(term.lower() in text_of(key) for key in keys if key != lab.number)
+        and lab.number not in keys
+    ]
+    assert not missing, missing
+
+
+def test_credited_terms_are_read_from_both_forms():
+    text = "(Amdahl's law, Lab 00) and (`Image.draft`, Lab 01–02); Lab 00 (interleaved timing)"
+    assert credited_terms(text) == [
+        ("Amdahl", ["00"]), ("Image.draft", ["01", "02"]), ("interleaved", ["00"])
+    ]  # fmt: skip
