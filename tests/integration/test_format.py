@@ -1,6 +1,7 @@
 """Notebooks are committed clean and carry valid nbgrader metadata."""
 
 import json
+import re
 
 import pytest
 from labs_under_test import selected_labs
@@ -89,3 +90,23 @@ def test_the_stated_time_is_the_same_in_the_notebook_the_lineup_and_the_readme(l
     row = next(line for line in (paths.ROOT / "README.md").read_text().splitlines()
                if line.startswith(f"| {lab.number} |"))  # fmt: skip
     assert row.endswith(f"| {lab.minutes} min |"), row
+
+
+GRADED_LINE = re.compile(r"\*\*Graded:\*\*(.*?)(?:\n\n|$)", re.S)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_the_graded_line_says_what_the_notebook_grades(lab):
+    """The introduction's **Graded:** paragraph ends its list with "N points in all", N the sum
+    of the notebook's graded cells: a learner reads the stakes before starting."""
+    found = cells(paths.notebook(lab))
+    line = GRADED_LINE.search("".join(found[0]["source"]))
+    assert line, "the first cell has no **Graded:** paragraph"
+    stated = re.search(r"(\d+) points in all", " ".join(line.group(1).split()))
+    assert stated, "the **Graded:** paragraph does not say how many points in all"
+    points = sum(
+        cell["metadata"].get("nbgrader", {}).get("points", 0)
+        for cell in found
+        if cell["metadata"].get("nbgrader", {}).get("grade")
+    )
+    assert int(stated.group(1)) == points
