@@ -110,3 +110,13 @@ def test_the_graded_line_says_what_the_notebook_grades(lab):
         if cell["metadata"].get("nbgrader", {}).get("grade")
     )
     assert int(stated.group(1)) == points
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda x: x.name)
+def test_each_written_answer_has_one_rubric(lab):
+    """A model answer and one rubric (``ptcourse answers`` prints the cell as it is)."""
+    for cell in cells(paths.notebook(lab)):
+        meta = cell["metadata"].get("nbgrader", {})
+        if cell["cell_type"] == "markdown" and meta.get("solution"):
+            text = "".join(cell["source"])
+            assert len(re.findall(r"^Rubric\b", text, re.M)) == 1, meta["grade_id"]
