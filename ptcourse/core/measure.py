@@ -28,6 +28,7 @@ import psutil
 import torch
 from scipy import stats
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from ptcourse.core.quiet import captured_stderr
@@ -538,6 +539,12 @@ class Ceilings:
     threads: int
     device: str
 
+    def bound(self, intensity: float, dtype: torch.dtype = torch.float32) -> float:
+        """The roofline's FLOP/s at ``intensity`` FLOP per byte: the compute ceiling of
+        ``dtype``, or the memory ceiling times the intensity where that is lower."""
+        compute = self.bf16_flops if dtype == torch.bfloat16 else self.fp32_flops
+        return min(compute, intensity * self.copy_bytes_per_s)
+
     def summary(self) -> str:
         return (
             f"matmul fp32 {self.fp32_flops / 1e9:.1f} GFLOP/s, bf16 {self.bf16_flops / 1e9:.1f} "
@@ -571,6 +578,83 @@ def ceilings(threads: int = 1) -> Ceilings:
         threads=threads,
         device=device_name(),
     )
+
+
+class _Bytes(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            touched = tree_flatten(((args, kwargs), out))[0]
+            tensors = [t for t in touched if isinstance(t, torch.Tensor)]
+            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+        return out
+
+
+def count_bytes(fn: Callable[[], Any]) -> int:
+    """Bytes every (non-view) op of one call ``fn()`` reads and writes: inputs, weights and
+    outputs. A lower bound on memory traffic if nothing stayed in cache between ops, an upper
+    bound on what a fused implementation would need: good enough to place a call on a roofline."""
+    with torch.no_grad(), _Bytes() as counted:
+        fn()
+    return counted.bytes
+
+
+@dataclass(frozen=True)
+class Attained:
+    """How far one call is from this machine's limit: its FLOPs and bytes counted, its time
+    measured, and the roofline's bound at its arithmetic intensity."""
+
+    name: str
+    flops: int
+    nbytes: int
+    seconds: float
+    bound_flops: float  # the roofline at this intensity, for the call's dtype
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / max(self.nbytes, 1)
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.flops / self.seconds
+
+    @property
+    def share(self) -> float:
+        return self.flops_per_s / self.bound_flops
+
+    def point(self) -> tuple[float, float]:
+        """(FLOP per byte, FLOP/s): a point for ``plots.roofline`` and ``attained.record``."""
+        return self.intensity, self.flops_per_s
+
+    def summary(self) -> str:
+        return (
+            f"{self.name}: {self.flops_per_s / 1e9:.2f} GFLOP/s at {self.intensity:.1f} FLOP/byte, "
+            f"{self.share:.0%} of the {self.bound_flops / 1e9:.1f} GFLOP/s this core's roofline "
+            f"allows there"
+        )
+
+
+def attained(
+    name: str,
+    counted: Callable[[], Any],
+    seconds: float,
+    *,
+    threads: int = 1,
+    dtype: torch.dtype = torch.float32,
+    flops_of: Callable[[], Any] | None = None,
+) -> Attained:
+    """What a call that takes ``seconds`` attains. ``counted`` is run once under the FLOP and
+    byte counters: the call itself, or its eager equivalent where the call runs compiled code
+    or another engine the counters cannot see into (same arithmetic, same tensors).
+    ``flops_of`` counts the FLOPs instead, where the counter has no formula for a fused kernel
+    that does the same arithmetic (SDPA's, against the naive attention)."""
+    flops, nbytes = count_flops(flops_of or counted), count_bytes(counted)
+    bound = ceilings(threads).bound(flops / max(nbytes, 1), dtype)
+    return Attained(name, flops, nbytes, seconds, bound)
 
 
 class AtenCalls(TorchDispatchMode):

@@ -7,8 +7,8 @@ and the graders' checks.
 - :func:`expected_parameters` and :func:`expected_flops` are the graders' pencil-and-paper
   counts of both blocks (FLOPs as ``FlopCounterMode`` counts them: 2 per multiply-add of convs
   and matmuls, nothing for pooling, activations or element-wise products).
-- :func:`uncounted_flops` and :func:`count_bytes` measure what ``FlopCounterMode`` leaves out:
-  element-wise pooling/scaling work, and the bytes every op reads and writes (for a roofline).
+- :func:`uncounted_flops` measures the element-wise pooling/scaling work ``FlopCounterMode``
+  leaves out (``measure.count_bytes`` counts the bytes every op reads and writes, for a roofline).
 - :func:`train_and_evaluate` gives the short, seeded training run (on
   :func:`ptcourse.assets.datasets.inspection_tensors`, each image standardised) the accuracy check
   compares.
@@ -260,14 +260,12 @@ def _tensors(tree: Any) -> list[Tensor]:
 class _Accounting(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
-        self.bytes = 0
         self.elementwise = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         out = func(*args, **(kwargs or {}))
         if not func.is_view:
             inputs, outputs = _tensors((args, kwargs)), _tensors(out)
-            self.bytes += sum(t.numel() * t.element_size() for t in inputs + outputs)
             if func in _REDUCTIONS and inputs:
                 self.elementwise += inputs[0].numel()
             elif func in _PRODUCTS and outputs:
@@ -284,17 +282,6 @@ def uncounted_flops(fn: Callable[[], Any]) -> int:
     with torch.no_grad(), _Accounting() as acc:
         fn()
     return acc.elementwise
-
-
-def count_bytes(fn: Callable[[], Any]) -> int:
-    """Bytes every (non-view) op of one call reads and writes: inputs, weights and outputs.
-
-    A lower bound on memory traffic if nothing stayed in cache between ops, an upper bound on
-    what a fused implementation would need; good enough to place a block on a roofline.
-    """
-    with torch.no_grad(), _Accounting() as acc:
-        fn()
-    return acc.bytes
 
 
 def classifier(

@@ -116,7 +116,11 @@ TARGETS: tuple[Target, ...] = (
     # relative to reference_to_bf16 timed in the same run (full credit at the floor + 70% of
     # its gain, at most this target; where the reference does not clear the floor the points
     # grade bf16_in_effect: tools/grading_matrix.py measured the reference at 0.65x with
-    # ATEN_CPU_CAPABILITY=default on the Zen 4 VM, matmuls fast, the rest scalar).
+    # ATEN_CPU_CAPABILITY=default on the Zen 4 VM, matmuls fast, the rest scalar). On the Intel
+    # AMX VM (2026-12-07), every contender timed in blocks of the same length
+    # (measure.shared_calls), the reference measured 1.19-1.26x in the judge in 4 runs and the
+    # fusion reference 1.12-1.16x: neither clears its floor by 10% there, so both grade the
+    # technique.
     Target(LAB.number, "bf16_speed", "cpu", "speedup", 1.3, 1.15,
            f"{SCRIPT}: 1.29–1.67x, median 1.44 (5 runs, load average ~15) and 1.85–2.66x, median "
            "2.02 (10 runs, load average ~11), full size; 2.59–2.74x with the machine idle. In "

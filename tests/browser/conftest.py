@@ -77,6 +77,7 @@ def jupyter_lab(tmp_path: Path) -> Iterator[str]:
     env = {
         **os.environ,
         "PTCOURSE_SMOKE": "1",
+        "PTCOURSE_BUILD": str(tmp_path / "build"),  # the learner's checks and progress
         "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
         "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
     }

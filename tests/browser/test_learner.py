@@ -1,11 +1,15 @@
 """A learner in a real browser: Lab 01 opened from the file browser, run at smoke size, its
-widget pressed, an exercise written and its quick test run, the notebook validated."""
+widget pressed, an exercise written and its quick test run, the notebook validated, saved and
+checked with the Check button of its last cell."""
 
 from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -32,6 +36,7 @@ def _index(grade_id: str | None = None, text: str | None = None) -> int:
 
 WIDGET_CELL = _index(text="ipywidgets")  # the "Explore" cell: knobs and a Measure button
 EXERCISE_CELL, TEST_CELL = _index("build_cache"), _index("test_cache")  # Exercise A, its test
+CHECK_CELL = _index(text="check_button(")  # the last cell: one click grades the saved notebook
 PANEL = "window.jupyterapp.shell.currentWidget"
 
 # What a learner writes into Exercise A, pasted over the stub: the instructors' answer
@@ -74,8 +79,8 @@ def cell_output(page, index: int) -> str:
     )
 
 
-def test_learner_runs_lab01_presses_widget_and_validates(
-    jupyter_lab: str, browser_page, shots: Path
+def test_learner_runs_lab01_presses_widget_validates_and_checks(
+    jupyter_lab: str, browser_page, shots: Path, tmp_path: Path
 ) -> None:
     page = browser_page
     started = time.monotonic()
@@ -151,6 +156,28 @@ def test_learner_runs_lab01_presses_widget_and_validates(
     said = dialog.inner_text()
     assert "The following cell failed" in said, said  # the exercises left undone
     assert "build_cache(few)" not in said, said  # the one just written passes
+    page.keyboard.press("Escape")
+
+    # the learner's score: save, then the last cell's Check button grades the saved copy
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_timeout(1000)
+    run_cell(page, CHECK_CELL)
+    check = show_cell(page, CHECK_CELL)
+    check.locator("button", has_text="Check Lab 01").first.click()
+    wait_for(page, f"{PANEL}.sessionContext.session.kernel.status === 'busy'", 30)
+    wait_for(page, f"{PANEL}.sessionContext.session.kernel.status === 'idle'", 600)
+    report = show_cell(page, CHECK_CELL).inner_text()
+    check.screenshot(path=str(shots / "01-checked.png"))
+    assert "autograded points" in report and "feedback:" in report, report[-2000:]
+    cache_line = next(line for line in report.splitlines() if "test_cache" in line)
+    assert "1/1" in cache_line, report[-2000:]  # the exercise written above earns its point
+    # checked, the lab's model answers open (the jupyter_lab fixture's build folder)
+    env = {**os.environ, "PTCOURSE_BUILD": str(tmp_path / "build")}
+    answers = subprocess.run(
+        [sys.executable, "-m", "ptcourse.course.cli", "answers", "01"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert answers.returncode == 0 and "Rubric" in answers.stdout, answers.stderr[-1000:]
     print(f"browser tier: {time.monotonic() - started:.0f} s")
 
 
@@ -158,10 +185,6 @@ def test_report_card_renders_for_a_reader(browser_page, shots: Path, tmp_path: P
     """The report card of a real run (Lab 00 at smoke size), as a reader's browser shows it: the
     machine and its measured ceilings on top, each check's measurement placed between zero
     credit and its target (lower-is-better errors included) with the claim the lab tests."""
-    import os
-    import subprocess
-    import sys
-
     env = {**os.environ, "PTCOURSE_BUILD": str(tmp_path / "build")}
     command = [sys.executable, "-m", "ptcourse.course.cli", "run", "--smoke", "00"]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -124,3 +124,22 @@ def test_shared_calls_fit_the_fastest_within_a_stretch_of_the_slowest():
     assert measure.shared_calls([1, 2, 2]) == 2
     assert measure.shared_calls([1, 40]) == measure.MAX_STRETCH
     assert measure.shared_calls([3]) == 3
+
+
+def test_count_bytes_of_one_conv():
+    conv = torch.nn.Conv2d(4, 8, 3, padding=1, bias=False)
+    x = torch.randn(1, 4, 10, 10)
+    expected = 4 * (x.numel() + conv.weight.numel() + 8 * 10 * 10)
+    assert measure.count_bytes(lambda: conv(x)) == expected
+    assert measure.count_bytes(lambda: x.view(-1)) == 0  # views move nothing
+
+
+def test_attained_places_a_call_under_the_roofline_that_applies_at_its_intensity():
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    reach = measure.attained("matmul", lambda: a @ b, seconds=1e-3)
+    assert reach.flops == 2 * 256**3 and reach.nbytes == 3 * 256 * 256 * 4
+    assert reach.intensity == pytest.approx(2 * 256 / 12)
+    ceil = measure.ceilings(1)
+    assert reach.bound_flops == min(ceil.fp32_flops, reach.intensity * ceil.copy_bytes_per_s)
+    assert reach.share == pytest.approx(reach.flops_per_s / reach.bound_flops)
+    assert "of the" in reach.summary() and reach.point() == (reach.intensity, reach.flops_per_s)

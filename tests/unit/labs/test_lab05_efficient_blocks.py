@@ -90,14 +90,6 @@ def test_flops_ratio_near_eight_at_128_channels():
     assert 8.3 < std / eff < 8.5
 
 
-def test_count_bytes_of_one_conv():
-    conv = nn.Conv2d(4, 8, 3, padding=1, bias=False)
-    x = torch.randn(1, 4, 10, 10)
-    expected = 4 * (x.numel() + conv.weight.numel() + 8 * 10 * 10)
-    assert blocks.count_bytes(lambda: conv(x)) == expected
-    assert blocks.count_bytes(lambda: x.view(-1)) == 0  # views move nothing
-
-
 def test_classifier_downsamples_progressively():
     model = blocks.classifier(Reference, (8, 16))
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 4)
