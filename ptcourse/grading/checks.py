@@ -426,6 +426,35 @@ def _grade_decided(row: Target, timed: dict[str, measure.Speedup]) -> bool:
     return cand.ci_low >= hardest or cand.ci_high <= row.floor
 
 
+# A timed comparison whose intervals are this wide (relative to their medians) was disturbed
+# while it ran: in a clean-clone suite on the Intel AMX VM (2026-12-07) Lab 01's solution measured
+# 1.59x (95% CI 1.08-3.23x) beside the reference's 3.79x and earned 0.96 of 4 points; in quiet
+# runs it measures 2.8-3.1x with intervals 5-15% wide (every speed row's candidate interval was
+# 5-21% wide in a grading run of all fourteen labs). Such a comparison is taken again, at most
+# twice more, and the one with the narrowest intervals is graded: the most precise, not the
+# most favourable.
+NOISY_WIDTH, RETAKES = 0.5, 2
+
+
+def _width(timed: dict[str, measure.Speedup]) -> float:
+    return max((s.ci_high - s.ci_low) / s.ratio for s in timed.values())
+
+
+def _least_noisy(
+    take: Callable[[], dict[str, measure.Speedup]],
+) -> dict[str, measure.Speedup]:
+    """``take()``, taken again while its widest interval is wider than NOISY_WIDTH of its
+    median (RETAKES times at most); the take with the narrowest widest interval."""
+    takes = [take()]
+    while _width(takes[-1]) > NOISY_WIDTH and len(takes) <= RETAKES:
+        print(
+            f"the timing was disturbed (an interval {_width(takes[-1]):.0%} of its median wide): "
+            "timing again"
+        )
+        takes.append(take())
+    return min(takes, key=_width)
+
+
 def relative_speedup(
     goal: Goal,
     baseline: Callable[[], Any],
@@ -445,11 +474,13 @@ def relative_speedup(
     """
     row = goal.row
     with captured_stderr() as noise:
-        timed = measure.compare_many(
-            baseline,
-            {"reference": reference, "candidate": candidate},
-            threads=threads,
-            decided=functools.partial(_grade_decided, row),
+        timed = _least_noisy(
+            lambda: measure.compare_many(
+                baseline,
+                {"reference": reference, "candidate": candidate},
+                threads=threads,
+                decided=functools.partial(_grade_decided, row),
+            )
         )
     ref, cand = timed["reference"], timed["candidate"]
     seen = f"reference solution here {ref.ratio:.2f}x (95% CI {ref.ci_low:.2f}–{ref.ci_high:.2f}x)"
