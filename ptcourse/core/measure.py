@@ -217,8 +217,9 @@ def _calls_per_block(fn: Callable[[], Any], block_s: float) -> int:
 # than itself (Lab 10's int8 classifier in the judge: 19-21 ms per call at one call per block,
 # 13-18 ms at two; 14.7 ms called again and again), so every contender of one comparison runs
 # blocks of the same length: long enough for the fastest, at most this many times the length
-# the slowest needs (its blocks then last at most this many block_s).
-MAX_STRETCH = 8
+# the slowest needs (its blocks then last at most this many block_s; 8 made Lab 11's smoke run
+# 27.4 s and Lab 13's 35.8 s, against 19.2 s and 31.0 s at 4, Intel AMX VM).
+MAX_STRETCH = 4
 
 
 def shared_calls(calls: list[int]) -> int:
