@@ -72,8 +72,9 @@ def check_button(lab: Lab) -> Any:
     def clicked(_: Any) -> None:
         button.disabled = True
         report.clear_output()
-        with report:
-            run_check(lab)
+        # append_stdout, not print inside `with report`: a callback's prints are flushed after
+        # it returns, outside the widget, and all but the first line were lost in JupyterLab
+        run_check(lab, lambda line: report.append_stdout(line + "\n"))
         button.disabled = False
 
     button.on_click(clicked)
